@@ -1,0 +1,1 @@
+"""Kernel sources (``*.kern``), shipped as package data of ``mlxnet.custom_kernels``."""

@@ -1,0 +1,31 @@
+"""mlxnet: neural networks on Apple's MLX, every op on every back end.
+
+Importing mlxnet binds an optimised BLAS on Linux (before ``mlx.core`` loads) and picks the
+process's one default device (see :mod:`mlxnet.device`).
+"""
+from . import _blas
+
+_blas.bind()
+
+from .device import (  # noqa: E402  (after the BLAS binding, by design)
+    available_devices,
+    backend,
+    current_device,
+    kernels_enabled,
+    use_device,
+    use_kernels,
+)
+from .device import _choose_at_import  # noqa: E402
+from .errors import MlxnetError  # noqa: E402
+
+_choose_at_import()
+
+from . import nn, ops  # noqa: E402
+
+__version__ = "0.1.0"
+blas_info = _blas.blas_info
+
+__all__ = [
+    "MlxnetError", "available_devices", "backend", "blas_info", "current_device",
+    "kernels_enabled", "nn", "ops", "use_device", "use_kernels", "__version__",
+]

@@ -1,0 +1,110 @@
+"""The ``mlxnet`` command line. Errors print one line and exit non-zero; ``--debug`` shows tracebacks."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import mlxnet
+
+from .errors import MlxnetError
+
+app = typer.Typer(
+    name="mlxnet", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Neural networks on MLX: every op on every back end.",
+)
+console = Console()
+_options = {"debug": False}
+
+
+@app.callback()
+def main(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    device: Optional[str] = typer.Option(
+        None, "--device", help="cpu or gpu (default: MLXNET_DEVICE, else the best available)."),
+) -> None:
+    _options["debug"] = debug
+    if device:
+        mlxnet.use_device(device)  # type: ignore[arg-type]
+
+
+@app.command()
+def info() -> None:
+    """MLX version, back end, device, BLAS and memory."""
+    import platform
+
+    import mlx.core as mx
+
+    table = Table(show_header=False, box=None)
+    table.add_row("mlxnet", mlxnet.__version__)
+    table.add_row("MLX", mx.__version__)
+    table.add_row("platform", f"{platform.system()} {platform.machine()}, Python {platform.python_version()}")
+    table.add_row("backend", mlxnet.backend())
+    table.add_row("device", str(mx.default_device()))
+    table.add_row("devices available", ", ".join(mlxnet.available_devices()))
+    table.add_row("custom kernels", "on" if mlxnet.kernels_enabled() else "off (MLXNET_KERNELS=0)")
+    table.add_row("BLAS (CPU)", mlxnet.blas_info())
+    if mlxnet.backend() != "cpu":
+        info = mx.device_info()
+        mem = info.get("memory_size") or info.get("total_memory")
+        table.add_row("device name", str(info.get("device_name", info.get("architecture", "?"))))
+        if mem:
+            table.add_row("device memory", f"{mem / 2**30:.1f} GiB")
+    try:
+        import os
+
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        table.add_row("host memory", f"{pages * page / 2**30:.1f} GiB")
+    except (ValueError, OSError, AttributeError):
+        pass
+    console.print(table)
+
+
+@app.command()
+def ops() -> None:
+    """The op × back-end matrix: which ops run a custom kernel where."""
+    from .device import gpu_backend
+
+    gpu = gpu_backend()
+    table = Table(title="mlxnet ops")
+    table.add_column("op")
+    table.add_column("cpu")
+    table.add_column("metal")
+    table.add_column("cuda")
+    table.add_column("kernel source")
+    for name, op in sorted(mlxnet.ops.REGISTRY.items()):
+        cells = ["reference"]
+        for target in ("metal", "cuda"):
+            cell = "kernel" if op.has_kernel else "reference"
+            if target == gpu and mlxnet.backend() == target and not mlxnet.kernels_enabled():
+                cell += " (off)"
+            cells.append(cell)
+        files = ", ".join(sorted({k.filename for k in op.sources})) or "-"
+        table.add_row(name, *cells, files)
+    console.print(table)
+    console.print(f"back end in force: {mlxnet.backend()}; GPU here: {gpu or 'none'}")
+
+
+def run() -> None:
+    """Console-script entry point: one-line errors unless --debug."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - every error ends as one line
+        if hasattr(e, "show") and hasattr(e, "exit_code"):  # usage errors (typer vendors click)
+            e.show()
+            sys.exit(e.exit_code)
+        if _options["debug"]:
+            raise
+        text = str(e) if isinstance(e, (MlxnetError, FileNotFoundError)) else f"{type(e).__name__}: {e}"
+        print(f"error: {text}", file=sys.stderr)
+        sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -1,0 +1,21 @@
+"""Basic layers routed through the op registry."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .. import ops
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last axis; in NHWC this is also SAM's LayerNorm2d (channels)."""
+
+    def __init__(self, dims: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        if affine:
+            self.weight = mx.ones((dims,))
+            self.bias = mx.zeros((dims,))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return ops.layer_norm(x, self.get("weight"), self.get("bias"), eps=self.eps)

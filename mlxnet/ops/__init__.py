@@ -1,0 +1,9 @@
+"""mlxnet's ops: one registry, each op a CPU reference plus an optional portable kernel.
+
+Import an op from here (``from mlxnet.ops import layer_norm``); the dispatcher picks the
+kernel or the reference from the device in force when it runs.
+"""
+from .registry import REGISTRY, Op, get, register
+from .norm import layer_norm
+
+__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm"]

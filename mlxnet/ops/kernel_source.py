@@ -1,0 +1,170 @@
+"""Portable custom kernels: one body for Metal and CUDA, a small prelude per back end.
+
+A file in ``custom_kernels/`` holds a shared header (helper functions) followed by one or
+more kernels, each introduced by a line ``//@kernel NAME``. Bodies are written against the
+names below, which each back end's prelude defines:
+
+    mx_tid, mx_lid, mx_gid, mx_tgsize   uint3: thread in grid, thread in group, group, group size
+    MX_FN                                qualifier for helper functions
+    MX_DEVICE                            address space of kernel buffers in helper signatures
+    MX_SHARED                            threadgroup / __shared__ storage
+    MX_BARRIER()                         threadgroup barrier
+    mx_exp mx_log mx_sqrt mx_rsqrt mx_abs mx_floor mx_ceil mx_fmax mx_fmin   float math
+    MX_INFINITY                          +inf as float
+    uint                                 32-bit unsigned
+
+Inputs are ``const T*`` buffers, outputs ``T*``; ``X_shape``/``X_strides``/``X_ndim`` exist
+for input ``X`` when the body mentions them. Metal dispatches exactly ``grid`` threads, CUDA
+rounds up to whole blocks, so every body bounds-checks its thread index.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Sequence
+
+import mlx.core as mx
+
+from ..device import backend
+from ..errors import MlxnetError
+
+_METAL_HEADER = """
+#define MX_FN inline
+#define MX_DEVICE device
+#define MX_SHARED threadgroup
+#define MX_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
+#define MX_INFINITY INFINITY
+MX_FN float mx_exp(float x) { return metal::exp(x); }
+MX_FN float mx_log(float x) { return metal::log(x); }
+MX_FN float mx_sqrt(float x) { return metal::sqrt(x); }
+MX_FN float mx_rsqrt(float x) { return metal::rsqrt(x); }
+MX_FN float mx_abs(float x) { return metal::abs(x); }
+MX_FN float mx_floor(float x) { return metal::floor(x); }
+MX_FN float mx_ceil(float x) { return metal::ceil(x); }
+MX_FN float mx_fmax(float a, float b) { return metal::fmax(a, b); }
+MX_FN float mx_fmin(float a, float b) { return metal::fmin(a, b); }
+"""
+
+# Metal adds a kernel attribute only when its name appears in the body, so the thread
+# indices are bound in the body, not hidden in header macros.
+_METAL_BODY_PRELUDE = """
+  const uint3 mx_tid = thread_position_in_grid;
+  const uint3 mx_lid = thread_position_in_threadgroup;
+  const uint3 mx_gid = threadgroup_position_in_grid;
+  const uint3 mx_tgsize = threads_per_threadgroup;
+"""
+
+_CUDA_HEADER = """
+typedef unsigned int uint;
+#define MX_FN __device__ inline
+#define MX_DEVICE
+#define MX_SHARED __shared__
+#define MX_BARRIER() __syncthreads()
+#define MX_INFINITY __int_as_float(0x7f800000)
+MX_FN float mx_exp(float x) { return expf(x); }
+MX_FN float mx_log(float x) { return logf(x); }
+MX_FN float mx_sqrt(float x) { return sqrtf(x); }
+MX_FN float mx_rsqrt(float x) { return rsqrtf(x); }
+MX_FN float mx_abs(float x) { return fabsf(x); }
+MX_FN float mx_floor(float x) { return floorf(x); }
+MX_FN float mx_ceil(float x) { return ceilf(x); }
+MX_FN float mx_fmax(float a, float b) { return fmaxf(a, b); }
+MX_FN float mx_fmin(float a, float b) { return fminf(a, b); }
+"""
+
+_CUDA_BODY_PRELUDE = """
+  const uint3 mx_lid = threadIdx;
+  const uint3 mx_gid = blockIdx;
+  const uint3 mx_tgsize = make_uint3(blockDim.x, blockDim.y, blockDim.z);
+  const uint3 mx_tid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x,
+                                  blockIdx.y * blockDim.y + threadIdx.y,
+                                  blockIdx.z * blockDim.z + threadIdx.z);
+"""
+
+_PRELUDES = {
+    "metal": (_METAL_HEADER, _METAL_BODY_PRELUDE),
+    "cuda": (_CUDA_HEADER, _CUDA_BODY_PRELUDE),
+}
+
+_KERNEL_MARK = re.compile(r"^//@kernel\s+(\w+)\s*$", re.MULTILINE)
+
+
+def read_source(filename: str) -> tuple[str, dict[str, str]]:
+    """Split a kernel file into (shared header, {kernel name: body})."""
+    text = resources.files("mlxnet.custom_kernels").joinpath(filename).read_text()
+    parts = _KERNEL_MARK.split(text)
+    header, rest = parts[0], parts[1:]
+    bodies = {rest[i]: rest[i + 1] for i in range(0, len(rest), 2)}
+    if not bodies:
+        raise MlxnetError(f"custom_kernels/{filename}: no '//@kernel NAME' section")
+    return header, bodies
+
+
+def render(filename: str, kernel: str, target: str) -> tuple[str, str]:
+    """The (header, body) MLX receives for ``kernel`` on ``target`` ('metal' or 'cuda')."""
+    shared, bodies = read_source(filename)
+    if kernel not in bodies:
+        raise MlxnetError(f"custom_kernels/{filename}: no kernel {kernel!r} (has {sorted(bodies)})")
+    header, body_prelude = _PRELUDES[target]
+    return header + shared, body_prelude + bodies[kernel]
+
+
+@dataclass
+class PortableKernel:
+    """One kernel of a ``custom_kernels/`` file, compiled lazily per back end.
+
+    MLX caches the compiled code per template (dtype, constants); this object caches the
+    MLX kernel handle per back end, so each (op, back end, dtype, template) builds once.
+    """
+
+    filename: str
+    kernel: str
+    input_names: Sequence[str]
+    output_names: Sequence[str]
+    atomic_outputs: bool = False
+    _handles: dict[str, Any] = field(default_factory=dict, repr=False)
+    built: set[tuple] = field(default_factory=set, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"mlxnet_{self.kernel}"
+
+    def handle(self, target: str) -> Any:
+        if target not in self._handles:
+            header, body = render(self.filename, self.kernel, target)
+            if target == "metal":
+                self._handles[target] = mx.fast.metal_kernel(
+                    name=self.name, input_names=list(self.input_names),
+                    output_names=list(self.output_names), source=body, header=header,
+                    atomic_outputs=self.atomic_outputs,
+                )
+            elif target == "cuda":
+                self._handles[target] = mx.fast.cuda_kernel(
+                    name=self.name, input_names=list(self.input_names),
+                    output_names=list(self.output_names), source=body, header=header,
+                )
+            else:
+                raise MlxnetError(f"kernel {self.kernel!r} cannot run on back end {target!r}")
+        return self._handles[target]
+
+    def __call__(
+        self,
+        inputs: Sequence[mx.array],
+        *,
+        template: Sequence[tuple[str, Any]],
+        grid: tuple[int, int, int],
+        threadgroup: tuple[int, int, int],
+        output_shapes: Sequence[Sequence[int]],
+        output_dtypes: Sequence[mx.Dtype],
+        init_value: float | None = None,
+    ) -> list[mx.array]:
+        target = backend()
+        self.built.add((target, tuple((k, str(v)) for k, v in template)))
+        kwargs = dict(
+            inputs=list(inputs), template=list(template), grid=grid, threadgroup=threadgroup,
+            output_shapes=[tuple(s) for s in output_shapes], output_dtypes=list(output_dtypes),
+        )
+        if init_value is not None:
+            kwargs["init_value"] = init_value
+        return self.handle(target)(**kwargs)

@@ -1,0 +1,121 @@
+"""The one registry of ops, and the dispatcher that picks kernel or reference per call.
+
+Every op has an MLX-composed reference (runs anywhere, differentiable by MLX) and may have
+a portable custom kernel. At each call the dispatcher reads the live back end: on a GPU
+with kernels enabled it runs the kernel, wrapped in ``mx.custom_function`` so gradients
+flow (through the op's own backward kernel when it has one, else through MLX autodiff of
+the reference); otherwise it runs the reference.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from ..device import backend, kernels_enabled
+from ..errors import MlxnetError
+from .kernel_source import PortableKernel
+
+OpFn = Callable[..., Any]
+
+
+@dataclass
+class Op:
+    name: str
+    reference: OpFn
+    kernel: OpFn | None = None
+    # vjp(primals, cotangents, outputs, **params) -> tuple of input cotangents; runs on GPU.
+    kernel_vjp: OpFn | None = None
+    sources: tuple[PortableKernel, ...] = ()
+    # Returns (args, kwargs) of a small call; used by tests and `mlxnet ops` checks.
+    example: Callable[[], tuple[tuple, dict]] | None = None
+    doc: str = ""
+    dispatch: OpFn = field(init=False, repr=False)
+
+    @property
+    def has_kernel(self) -> bool:
+        return self.kernel is not None
+
+    def uses_kernel(self) -> bool:
+        return self.kernel is not None and kernels_enabled() and backend() != "cpu"
+
+
+REGISTRY: dict[str, Op] = {}
+
+
+def _as_tuple(x: Any) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _split(args: tuple) -> tuple[list[int], list[mx.array]]:
+    positions = [i for i, a in enumerate(args) if isinstance(a, mx.array)]
+    return positions, [args[i] for i in positions]
+
+
+def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
+    """Run op.kernel under mx.custom_function over the array positional arguments."""
+    positions, arrays = _split(args)
+
+    def rebuild(xs: tuple) -> list:
+        full = list(args)
+        for i, x in zip(positions, xs):
+            full[i] = x
+        return full
+
+    @mx.custom_function
+    def forward(*xs: mx.array) -> Any:
+        return op.kernel(*rebuild(xs), **params)
+
+    @forward.vjp
+    def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
+        if op.kernel_vjp is not None:
+            return _as_tuple(op.kernel_vjp(rebuild(primals), cotangents, outputs, **params))
+        cots = list(_as_tuple(cotangents))
+        _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.reference(*rebuild(xs), **params))),
+                          list(primals), cots)
+        return tuple(grads)
+
+    return forward(*arrays)
+
+
+def register(
+    name: str,
+    *,
+    kernel: OpFn | None = None,
+    kernel_vjp: OpFn | None = None,
+    sources: tuple[PortableKernel, ...] = (),
+    example: Callable[[], tuple[tuple, dict]] | None = None,
+) -> Callable[[OpFn], OpFn]:
+    """Decorate an op's reference; returns the public, dispatching function.
+
+    Positional arguments that are arrays are differentiable inputs; everything else
+    (keyword parameters, None, ints) is static.
+    """
+
+    def decorate(reference: OpFn) -> OpFn:
+        if name in REGISTRY:
+            raise MlxnetError(f"op {name!r} is registered twice")
+        op = Op(name, reference, kernel, kernel_vjp, sources, example,
+                (reference.__doc__ or "").strip().splitlines()[0] if reference.__doc__ else "")
+
+        @functools.wraps(reference)
+        def dispatch(*args: Any, **params: Any) -> Any:
+            if op.uses_kernel():
+                return _differentiable_kernel_call(op, args, params)
+            return reference(*args, **params)
+
+        dispatch.op = op  # type: ignore[attr-defined]
+        op.dispatch = dispatch
+        REGISTRY[name] = op
+        return dispatch
+
+    return decorate
+
+
+def get(name: str) -> Op:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise MlxnetError(f"unknown op {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None

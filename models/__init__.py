@@ -1,0 +1,1 @@
+"""Model ports, one module per family (installed as ``mlxnet.models``)."""

@@ -1,0 +1,48 @@
+"""The CLI frame: info, ops, --help, one-line errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+MLXNET = [sys.executable, "-m", "mlxnet"]
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(MLXNET + list(args), capture_output=True, text=True, env=env)
+
+
+def test_info_reports_backend_device_and_blas():
+    out = run("info")
+    assert out.returncode == 0, out.stderr
+    for field in ("MLX", "backend", "device", "BLAS (CPU)", "host memory"):
+        assert field in out.stdout
+
+
+def test_ops_lists_every_registered_op():
+    import mlxnet
+
+    out = run("ops")
+    assert out.returncode == 0, out.stderr
+    for name, op in mlxnet.ops.REGISTRY.items():
+        line = next(l for l in out.stdout.splitlines() if f" {name} " in l)
+        assert "reference" in line
+        assert ("kernel" in line) == op.has_kernel
+
+
+@pytest.mark.parametrize("cmd", [[], ["info"], ["ops"]])
+def test_every_command_has_help(cmd):
+    out = run(*cmd, "--help")
+    assert out.returncode == 0 and "Usage" in out.stdout
+
+
+def test_errors_are_one_line_and_non_zero():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLXNET_")}
+    out = run("--device", "tpu", "info", env=env)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == ["error: unknown device 'tpu': expected 'cpu' or 'gpu'"]
+    out = run("--debug", "--device", "tpu", "info", env=env)
+    assert out.returncode == 1 and "Traceback" in out.stderr

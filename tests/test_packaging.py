@@ -1,0 +1,40 @@
+"""The wheel: one import root, kernel sources inside it, OpenBLAS bound on Linux."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import mlxnet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_has_one_import_root_and_ships_kernels(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("mlxnet-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    roots = {n.split("/")[0] for n in names if not n.startswith("mlxnet-")}
+    assert roots == {"mlxnet"}, roots
+    kernels = {Path(n).name for n in names if n.startswith("mlxnet/custom_kernels/")}
+    shipped = {p.name for p in (ROOT / "custom_kernels").glob("*.kern")}
+    assert shipped and shipped <= kernels
+    assert "mlxnet/models/__init__.py" in names
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_openblas_is_bound_before_mlx_loads():
+    assert mlxnet.blas_info().startswith("OpenBLAS"), mlxnet.blas_info()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_importing_mlx_first_warns_once():
+    code = "import warnings; warnings.simplefilter('always'); import mlx.core; import mlxnet; print(mlxnet.blas_info())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "mlx.core was imported before mlxnet" in out.stdout
+    assert out.stderr.count("RuntimeWarning") == 1

@@ -1,0 +1,135 @@
+"""The op registry, the portable kernel sources, and the first op end to end."""
+from __future__ import annotations
+
+from importlib import resources
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlxnet
+from mlxnet import ops
+from mlxnet.ops import kernel_source
+from testutil import TOLERANCE, assert_close, to_numpy
+
+DTYPES = [mx.float32, mx.float16, mx.bfloat16]
+
+
+def _kernel_files() -> list[str]:
+    return sorted(p.name for p in resources.files("mlxnet.custom_kernels").iterdir()
+                  if p.name.endswith(".kern"))
+
+
+def test_every_op_has_a_reference_and_an_example():
+    assert ops.REGISTRY, "no ops registered"
+    for name, op in ops.REGISTRY.items():
+        assert callable(op.reference), name
+        assert op.example is not None, f"{name} has no example call"
+        args, kwargs = op.example()
+        with mlxnet.use_device("cpu"):
+            mx.eval(op.dispatch(*args, **kwargs))
+
+
+def test_every_kernel_source_is_shipped_and_used():
+    used = {k.filename for op in ops.REGISTRY.values() for k in op.sources}
+    assert used <= set(_kernel_files())
+    assert set(_kernel_files()) <= used, "a kernel file no op uses"
+    for op in ops.REGISTRY.values():
+        for k in op.sources:
+            assert k.kernel in kernel_source.read_source(k.filename)[1]
+
+
+@pytest.mark.parametrize("target", ["metal", "cuda"])
+def test_prelude_binds_portable_names_per_backend(target):
+    header, body = kernel_source.render("layer_norm.kern", "layer_norm_rows", target)
+    assert "mx_group_sum" in header and "MX_FN float mx_exp" in header
+    if target == "metal":
+        assert "thread_position_in_grid" in body and "threadgroup_barrier" in header
+        assert "__syncthreads" not in header
+    else:
+        assert "blockIdx.x * blockDim.x + threadIdx.x" in body and "__syncthreads()" in header
+        assert "thread_position_in_grid" not in body
+
+
+def test_unknown_op_is_a_clear_error():
+    with pytest.raises(mlxnet.MlxnetError, match="unknown op 'nope'; registered: .*layer_norm"):
+        ops.get("nope")
+
+
+def _numpy_layer_norm(x, w, b, eps):
+    x = x.astype(np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(2, 5, 7, 96), (1, 3, 3, 1), (4, 300), (2, 1, 1, 1000)])
+def test_layer_norm_reference_matches_numpy(dtype, shape):
+    key = mx.random.key(sum(shape))
+    x = mx.random.normal(shape, key=key).astype(dtype)
+    w = mx.random.normal(shape[-1:], key=mx.random.key(1)).astype(dtype)
+    b = mx.random.normal(shape[-1:], key=mx.random.key(2)).astype(dtype)
+    with mlxnet.use_device("cpu"):
+        y = ops.layer_norm(x, w, b, eps=1e-6)
+    assert y.dtype == dtype
+    expected = _numpy_layer_norm(to_numpy(x), to_numpy(w), to_numpy(b), 1e-6)
+    assert_close(y, expected, dtype, scale=4)
+
+
+def test_layer_norm_layer_and_gradient_on_cpu():
+    layer = mlxnet.nn.LayerNorm(16, eps=1e-6)
+    x = mx.random.normal((2, 3, 16), key=mx.random.key(5))
+    g = mx.grad(lambda x: (layer(x) * mx.arange(16)).sum())(x)
+    # d/dx of a normalised output is orthogonal to constant shifts: gradients sum to ~0 per row.
+    np.testing.assert_allclose(to_numpy(g.sum(-1)), 0, atol=1e-4)
+    assert float(mx.abs(g).max()) > 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(ops.REGISTRY))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_equals_reference_forward_and_backward(gpu, name, dtype):
+    op = ops.get(name)
+    if not op.has_kernel:
+        pytest.skip(f"{name} has no kernel")
+    args, kwargs = op.example()
+    args = tuple(a.astype(dtype) if isinstance(a, mx.array) and a.dtype == mx.float32 else a
+                 for a in args)
+    assert op.uses_kernel()
+    out_k = op.dispatch(*args, **kwargs)
+    with mlxnet.use_kernels(False):
+        out_r = op.dispatch(*args, **kwargs)
+    for k, r in zip(_leaves(out_k), _leaves(out_r)):
+        assert_close(k, r, dtype, scale=4)
+
+    arrays = [i for i, a in enumerate(args) if isinstance(a, mx.array) and mx.issubdtype(a.dtype, mx.floating)]
+
+    def loss(*xs):
+        full = list(args)
+        for i, x in zip(arrays, xs):
+            full[i] = x
+        return sum((o.astype(mx.float32) * mx.cos(mx.arange(o.size).reshape(o.shape))).sum()
+                   for o in _leaves(op.dispatch(*full, **kwargs)) if mx.issubdtype(o.dtype, mx.floating))
+
+    grads_k = mx.grad(loss, argnums=list(range(len(arrays))))(*[args[i] for i in arrays])
+    with mlxnet.use_kernels(False):
+        grads_r = mx.grad(loss, argnums=list(range(len(arrays))))(*[args[i] for i in arrays])
+    for gk, gr in zip(grads_k, grads_r):
+        assert_close(gk, gr, dtype, scale=8)
+
+
+@pytest.mark.gpu
+def test_every_kernel_compiles_and_builds_once(gpu):
+    for op in ops.REGISTRY.values():
+        if op.has_kernel:
+            args, kwargs = op.example()
+            mx.eval(op.dispatch(*args, **kwargs))
+            mx.eval(op.dispatch(*args, **kwargs))
+            for k in op.sources:
+                assert any(b[0] == gpu for b in k.built), f"{k.kernel} never ran on {gpu}"
+                assert list(k._handles) == [gpu]
+
+
+def _leaves(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
