@@ -7,7 +7,8 @@ names below, which each back end's prelude defines:
     mx_tid, mx_lid, mx_gid, mx_tgsize   uint3: thread in grid, thread in group, group, group size
     MX_FN                                qualifier for helper functions
     MX_DEVICE                            address space of kernel buffers in helper signatures
-    MX_SHARED                            threadgroup / __shared__ storage
+    MX_SHARED                            threadgroup / __shared__ storage (declarations)
+    MX_SHARED_PTR                        address space of a shared-memory pointer parameter
     MX_BARRIER()                         threadgroup barrier
     mx_exp mx_log mx_sqrt mx_rsqrt mx_abs mx_floor mx_ceil mx_fmax mx_fmin   float math
     MX_INFINITY                          +inf as float
@@ -15,7 +16,9 @@ names below, which each back end's prelude defines:
 
 Inputs are ``const T*`` buffers, outputs ``T*``; ``X_shape``/``X_strides``/``X_ndim`` exist
 for input ``X`` when the body mentions them. Metal dispatches exactly ``grid`` threads, CUDA
-rounds up to whole blocks, so every body bounds-checks its thread index.
+rounds up to whole blocks, so every body bounds-checks its thread index. Avoid identifiers that
+contain Metal attribute names (``grid_size``, ``thread_index_in_simdgroup``, ...): MLX adds an
+attribute parameter for each such name it finds in a Metal body.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ _METAL_HEADER = """
 #define MX_FN inline
 #define MX_DEVICE device
 #define MX_SHARED threadgroup
+#define MX_SHARED_PTR threadgroup
 #define MX_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
 #define MX_INFINITY INFINITY
 MX_FN float mx_exp(float x) { return metal::exp(x); }
@@ -60,6 +64,7 @@ typedef unsigned int uint;
 #define MX_FN __device__ inline
 #define MX_DEVICE
 #define MX_SHARED __shared__
+#define MX_SHARED_PTR
 #define MX_BARRIER() __syncthreads()
 #define MX_INFINITY __int_as_float(0x7f800000)
 MX_FN float mx_exp(float x) { return expf(x); }
