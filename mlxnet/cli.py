@@ -108,3 +108,6 @@ def run() -> None:
         sys.exit(1)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+# Model commands live in mlxnet/commands/<name>.py; each registers here with one line.
