@@ -1,4 +1,21 @@
-"""Weights I/O: layouts (PyTorch → MLX), safetensors, hub downloads, safe checkpoint reading."""
-from .layout import from_torch_layout, to_torch_layout
+"""Weights I/O: layouts (PyTorch → MLX), safetensors, hub downloads, safe checkpoint reading.
 
-__all__ = ["from_torch_layout", "to_torch_layout"]
+Model families describe their checkpoints with a :class:`WeightSpec` (key table, layouts, hub
+file) and :func:`register_spec` it; :func:`load_pretrained` and ``mlxnet convert`` do the rest.
+"""
+from .convert import (FORMAT, convert_checkpoint, convert_state_dict, fold_batchnorm, load_pretrained,
+                      read_checkpoint)
+from .hub import resolve_weights
+from .layout import LayoutKind, from_torch_layout, to_torch_layout
+from .loading import check_weights, load_into
+from .safetensors_io import load_safetensors, read_safetensors_header, save_safetensors
+from .spec import FoldBN, WeightSpec, get_spec, list_specs, register_spec
+from .torch_pickle import Record, find_state_dict, read_torch_checkpoint
+
+__all__ = [
+    "FORMAT", "FoldBN", "LayoutKind", "Record", "WeightSpec", "check_weights", "convert_checkpoint",
+    "convert_state_dict", "find_state_dict", "fold_batchnorm", "from_torch_layout", "get_spec",
+    "list_specs", "load_into", "load_pretrained", "load_safetensors", "read_checkpoint",
+    "read_safetensors_header", "read_torch_checkpoint", "register_spec", "resolve_weights",
+    "save_safetensors", "to_torch_layout",
+]

@@ -1,0 +1,43 @@
+"""Put a flat ``{key: array}`` dict into an ``mlx.nn.Module``, reporting every mismatch at once."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from ..errors import MlxnetError
+
+
+def check_weights(model: nn.Module, weights: Mapping[str, mx.array], *, strict: bool = True) -> list[str]:
+    """One line per problem: missing keys, unexpected keys (both only if ``strict``) and shape
+    mismatches (always), each naming the key and the expected vs found shape."""
+    expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
+    problems = []
+    for key, shape in expected.items():
+        if key not in weights:
+            if strict:
+                problems.append(f"missing key {key}: expected shape {shape}")
+        elif tuple(weights[key].shape) != shape:
+            problems.append(f"shape mismatch for {key}: expected {shape}, found {tuple(weights[key].shape)}")
+    if strict:
+        problems += [f"unexpected key {k}: found shape {tuple(v.shape)}" for k, v in weights.items() if k not in expected]
+    return problems
+
+
+def load_into(model: nn.Module, weights: Mapping[str, mx.array], strict: bool = True, *,
+              source: str | None = None) -> nn.Module:
+    """Check ``weights`` against ``model.parameters()`` and load them (dtypes as given).
+
+    ``strict=False`` skips missing and unexpected keys (the model keeps its values for the
+    former) but still refuses shape mismatches. ``source`` (a file name) goes into the message.
+    """
+    problems = check_weights(model, weights, strict=strict)
+    if problems:
+        where = f" ({source})" if source else ""
+        raise MlxnetError(f"weights{where} do not fit {type(model).__name__}: {len(problems)} problem(s):\n"
+                          + "\n".join(f"  {p}" for p in problems))
+    known = {k for k, _ in tree_flatten(model.parameters())}
+    model.load_weights([(k, v) for k, v in weights.items() if k in known], strict=False)
+    return model
