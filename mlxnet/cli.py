@@ -88,6 +88,25 @@ def ops() -> None:
     console.print(f"back end in force: {mlxnet.backend()}; GPU here: {gpu or 'none'}")
 
 
+@app.command()
+def convert(
+    src: str = typer.Argument(..., help="PyTorch checkpoint (.pt/.pth/.ckpt, read without running pickled code), "
+                              "safetensors file, or a model id to fetch from the Hub."),
+    dst: str = typer.Argument(..., help="Output .safetensors file (mlxnet layout)."),
+    model: str = typer.Option(..., "--model", help="Weight spec id: the key table and layouts to apply."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors: float16, bfloat16 or float32."),
+    fold_bn: bool = typer.Option(False, "--fold-bn", help="Fold BatchNorms into the convs the spec pairs them with."),
+    force: bool = typer.Option(False, "--force", help="Overwrite DST if it exists."),
+) -> None:
+    """Convert a PyTorch checkpoint into mlxnet safetensors (SRC is never modified)."""
+    from .weights import convert_checkpoint, load_safetensors
+
+    out = convert_checkpoint(src, dst, model, dtype=dtype, fold_bn=fold_bn, force=force)
+    weights = load_safetensors(out)
+    size = sum(v.nbytes for v in weights.values())
+    console.print(f"wrote {out}: {len(weights)} tensors, {size / 2**20:.1f} MiB (model {model})")
+
+
 def run() -> None:
     """Console-script entry point: one-line errors unless --debug."""
     try:
@@ -111,3 +130,7 @@ def run() -> None:
 
 
 # Model commands live in mlxnet/commands/<name>.py; each registers here with one line.
+from .commands import check as _check, classify as _classify  # noqa: E402
+
+app.command(name="classify")(_classify.classify)
+app.command(name="check")(_check.check)

@@ -1,1 +1,3 @@
 """Model ports, one module per family (installed as ``mlxnet.models``)."""
+from . import resnet  # noqa: E402,F401  (registers the ResNet weight specs)
+from .resnet import ResNet, resnet18, resnet34, resnet50, resnet101, resnet152  # noqa: E402,F401

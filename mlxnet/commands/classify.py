@@ -1,0 +1,34 @@
+"""`mlxnet classify`: ImageNet labels for images with a ResNet."""
+from __future__ import annotations
+
+import json
+from typing import List, Optional
+
+import typer
+
+from mlxnet.errors import MlxnetError
+
+
+def classify(
+    images: List[str] = typer.Argument(..., help="Image files (any format Pillow reads)."),
+    model: str = typer.Option("resnet50", "--model", "-m", help="resnet18|34|50|101|152"),
+    weights: Optional[str] = typer.Option(None, "--weights", "-w",
+                                          help="Weights id or file (default: the model's hub weights)."),
+    top: int = typer.Option(5, "--top", "-k", min=1, help="How many labels per image."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Print the top ImageNet labels and probabilities for each image."""
+    from mlxnet.models import resnet
+
+    if model not in resnet.CONFIGS:
+        raise MlxnetError(f"unknown model {model!r}; choose one of {', '.join(resnet.CONFIGS)}")
+    net = resnet.from_pretrained(weights or model, model=model)
+    results = [resnet.classify(net, [path], top)[0] for path in images]
+    if as_json:
+        print(json.dumps([{"image": p, "top": [{"label": l, "probability": pr} for l, pr in r]}
+                          for p, r in zip(images, results)], indent=1))
+        return
+    for path, rows in zip(images, results):
+        print(path)
+        for label, prob in rows:
+            print(f"  {prob:7.2%}  {label}")

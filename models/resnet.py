@@ -1,0 +1,223 @@
+"""ResNet v1.5 (He et al. 2016; torchvision's variant: stride on the 3×3 of the bottleneck).
+
+NHWC throughout. Parameter names equal torchvision's / timm's state-dict keys
+(``conv1``, ``bn1``, ``layer1.0.conv1``, ``layer1.0.downsample.0``, ``fc``), so the official
+checkpoints map by the identity table plus layout conversion.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from mlxnet.errors import MlxnetError
+from mlxnet.image import center_crop, load_image, resize_pil
+from mlxnet.nn import AdaptiveAvgPool2d, MaxPool2d
+from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+
+
+def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = conv3x3(cin, planes, stride)
+        self.bn1 = nn.BatchNorm(planes)
+        self.conv2 = conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm(planes)
+        self.downsample = _shortcut(cin, planes * self.expansion, stride)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        out = nn.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return nn.relu(out + _apply(self.downsample, x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = conv1x1(cin, planes)
+        self.bn1 = nn.BatchNorm(planes)
+        self.conv2 = conv3x3(planes, planes, stride)  # v1.5: the stride sits here
+        self.bn2 = nn.BatchNorm(planes)
+        self.conv3 = conv1x1(planes, planes * self.expansion)
+        self.bn3 = nn.BatchNorm(planes * self.expansion)
+        self.downsample = _shortcut(cin, planes * self.expansion, stride)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        out = nn.relu(self.bn1(self.conv1(x)))
+        out = nn.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return nn.relu(out + _apply(self.downsample, x))
+
+
+def _shortcut(cin: int, cout: int, stride: int) -> list[nn.Module]:
+    """Projection (1×1 conv + BN) when the shape changes, identity (empty list) otherwise."""
+    if stride == 1 and cin == cout:
+        return []
+    return [conv1x1(cin, cout, stride), nn.BatchNorm(cout)]
+
+
+def _apply(layers: list[nn.Module], x: mx.array) -> mx.array:
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+@dataclass(frozen=True)
+class ResNetConfig:
+    block: type
+    layers: tuple[int, int, int, int]
+
+
+CONFIGS = {
+    "resnet18": ResNetConfig(BasicBlock, (2, 2, 2, 2)),
+    "resnet34": ResNetConfig(BasicBlock, (3, 4, 6, 3)),
+    "resnet50": ResNetConfig(Bottleneck, (3, 4, 6, 3)),
+    "resnet101": ResNetConfig(Bottleneck, (3, 4, 23, 3)),
+    "resnet152": ResNetConfig(Bottleneck, (3, 8, 36, 3)),
+}
+
+
+class ResNet(nn.Module):
+    def __init__(self, config: ResNetConfig, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm(64)
+        self.maxpool = MaxPool2d(3, stride=2, padding=1)
+        cin = 64
+        stages = []
+        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), config.layers)):
+            stage = []
+            for j in range(blocks):
+                stride = 2 if (i > 0 and j == 0) else 1
+                stage.append(config.block(cin, planes, stride))
+                cin = planes * config.block.expansion
+            stages.append(stage)
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def features(self, x: mx.array) -> mx.array:
+        """NHWC image batch → pooled features (N, C)."""
+        x = self.maxpool(nn.relu(self.bn1(self.conv1(x))))
+        for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+            x = _apply(stage, x)
+        return self.avgpool(x).reshape(x.shape[0], -1)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """NHWC image batch (normalised) → logits (N, num_classes)."""
+        return self.fc(self.features(x))
+
+
+def resnet(name: str, num_classes: int = 1000) -> ResNet:
+    if name not in CONFIGS:
+        raise MlxnetError(f"unknown ResNet {name!r}; choose one of {', '.join(CONFIGS)}")
+    return ResNet(CONFIGS[name], num_classes)
+
+
+def resnet18(num_classes: int = 1000) -> ResNet:
+    return resnet("resnet18", num_classes)
+
+
+def resnet34(num_classes: int = 1000) -> ResNet:
+    return resnet("resnet34", num_classes)
+
+
+def resnet50(num_classes: int = 1000) -> ResNet:
+    return resnet("resnet50", num_classes)
+
+
+def resnet101(num_classes: int = 1000) -> ResNet:
+    return resnet("resnet101", num_classes)
+
+
+def resnet152(num_classes: int = 1000) -> ResNet:
+    return resnet("resnet152", num_classes)
+
+
+# --- Weights -----------------------------------------------------------------------------------
+# torchvision's checkpoints, as timm publishes them on the hub ("tv_in1k" = torchvision's V1
+# weights, trained for resize 256 / crop 224). Key names are identical to ours.
+for _name in CONFIGS:
+    register_spec(WeightSpec(
+        id=_name, repo=f"timm/{_name}.tv_in1k", filename="model.safetensors",
+        keys=[(r"(.*)", r"\1")],
+        drop=[r".*\.num_batches_tracked"],
+        layouts=[(r"(.*\.)?(conv\d|downsample\.0)\.weight", "conv2d")],
+        build=lambda fold_bn=False, _n=_name: resnet(_n),
+    ))
+
+
+def from_pretrained(name_or_path: str = "resnet50", *, model: str | None = None,
+                    dtype: str | None = None) -> ResNet:
+    """A ResNet in eval mode with weights from an id ("resnet50": the hub) or a file.
+
+    For a file, the depth comes from ``model`` or from a file written by ``mlxnet convert``.
+    """
+    name = model or (name_or_path if name_or_path in CONFIGS else _model_of_file(name_or_path))
+    net = resnet(name)
+    load_pretrained(net, name, None if name_or_path == name else name_or_path, dtype=dtype)
+    net.eval()
+    return net
+
+
+def _model_of_file(path: str) -> str:
+    meta = read_safetensors_header(resolve_weights(path))[1] if str(path).endswith(".safetensors") else {}
+    if meta.get("model") in CONFIGS:
+        return meta["model"]
+    raise MlxnetError(f"{path}: cannot tell which ResNet these weights are for; pass the model "
+                      f"(one of {', '.join(CONFIGS)})")
+
+
+# --- ImageNet pre/post-processing (torchvision's IMAGENET1K_V1 preset) -------------------------
+
+def preprocess(image: np.ndarray, resize: int = 256, crop: int = 224) -> mx.array:
+    """uint8 HWC RGB → normalised (1, crop, crop, 3) float32, as torchvision's Resize+CenterCrop."""
+    h, w = image.shape[:2]
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = resize, int(resize * long / short)
+    size = (new_short, new_long) if w <= h else (new_long, new_short)
+    x = center_crop(resize_pil(image, size), crop).astype(np.float32) / 255.0
+    x = (x - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
+    return mx.array(x[None])
+
+
+@lru_cache(maxsize=1)
+def imagenet_classes() -> tuple[str, ...]:
+    text = resources.files("mlxnet").joinpath("data/imagenet_classes.txt").read_text()
+    return tuple(line for line in text.splitlines() if line)
+
+
+def top_k(logits: mx.array, k: int = 5) -> list[list[tuple[str, float]]]:
+    """Softmax and the k most probable ImageNet labels for each row."""
+    probs = np.array(mx.softmax(logits.astype(mx.float32), axis=-1))
+    names = imagenet_classes()
+    out = []
+    for row in probs:
+        idx = np.argsort(-row)[:k]
+        out.append([(names[i] if len(row) == len(names) else str(i), float(row[i])) for i in idx])
+    return out
+
+
+def classify(model: ResNet, paths: Sequence[str], k: int = 5) -> list[list[tuple[str, float]]]:
+    batch = mx.concatenate([preprocess(load_image(p)) for p in paths])
+    return top_k(model(batch), k)

@@ -1,0 +1,168 @@
+"""Each landed model's latency: mlxnet vs PyTorch on the same device, in one run.
+
+    python scripts/bench_models.py --device cpu [--only resnet50 ...] [--json out.json]
+    python scripts/bench_models.py --device gpu        # Metal or CUDA; PyTorch on CUDA/MPS
+
+Every entry builds both models with random weights (speed does not depend on the values)
+and times one forward pass on the same input shape. Entries are plain functions in ENTRIES;
+a model family adds one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Callable
+
+import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core on Linux)
+import mlx.core as mx
+import numpy as np
+
+Bench = tuple[Callable[[], object], Callable[[], object] | None, str]  # (mlx run, torch run, note)
+
+
+def timeit(fn: Callable[[], object], sync: Callable[[], None], warmup: int = 2, reps: int = 5) -> float:
+    """Median wall time in ms of fn() (each call fully synchronised)."""
+    for _ in range(warmup):
+        fn()
+        sync()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def torch_device(device: str):
+    import torch
+
+    if device == "gpu":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+    return torch.device("cpu")
+
+
+def torch_sync(dev) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+# --- entries --------------------------------------------------------------------------------------
+
+def resnet_entry(name: str, batch: int = 1, size: int = 224) -> Callable[[str], Bench]:
+    def build(device: str) -> Bench:
+        import torch
+
+        from mlxnet.models import resnet
+
+        model = resnet.resnet(name)
+        model.eval()
+        x = mx.random.normal((batch, size, size, 3))
+        mx.eval(model.parameters(), x)
+        run_mlx = lambda: mx.eval(model(x))  # noqa: E731
+        try:
+            import torchvision
+
+            tmodel = getattr(torchvision.models, name)().eval()
+            note = "torchvision"
+        except Exception:  # torchvision missing or broken (PyPI's, against CPU torch here)
+            tmodel = _torch_resnet(name).eval()
+            note = "same architecture in plain torch (torchvision unavailable)"
+        dev = torch_device(device)
+        tmodel = tmodel.to(dev)
+        tx = torch.randn(batch, 3, size, size, device=dev)
+
+        def run_torch():
+            with torch.no_grad():
+                tmodel(tx)
+        return run_mlx, run_torch, note
+    return build
+
+
+def _torch_resnet(name: str):
+    """Timing stand-in for torchvision's ResNet where torchvision cannot be imported."""
+    import torch.nn as tnn
+
+    from mlxnet.models.resnet import CONFIGS, Bottleneck
+
+    cfg = CONFIGS[name]
+    bottleneck = cfg.block is Bottleneck
+
+    class Block(tnn.Module):
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            exp = 4 if bottleneck else 1
+            if bottleneck:
+                self.body = tnn.Sequential(
+                    tnn.Conv2d(cin, planes, 1, bias=False), tnn.BatchNorm2d(planes), tnn.ReLU(),
+                    tnn.Conv2d(planes, planes, 3, stride, 1, bias=False), tnn.BatchNorm2d(planes), tnn.ReLU(),
+                    tnn.Conv2d(planes, planes * exp, 1, bias=False), tnn.BatchNorm2d(planes * exp))
+            else:
+                self.body = tnn.Sequential(
+                    tnn.Conv2d(cin, planes, 3, stride, 1, bias=False), tnn.BatchNorm2d(planes), tnn.ReLU(),
+                    tnn.Conv2d(planes, planes, 3, 1, 1, bias=False), tnn.BatchNorm2d(planes))
+            self.short = (tnn.Sequential(tnn.Conv2d(cin, planes * exp, 1, stride, bias=False),
+                                         tnn.BatchNorm2d(planes * exp))
+                          if stride != 1 or cin != planes * exp else tnn.Identity())
+            self.out = planes * exp
+
+        def forward(self, x):
+            return (self.body(x) + self.short(x)).relu()
+
+    layers, cin = [tnn.Conv2d(3, 64, 7, 2, 3, bias=False), tnn.BatchNorm2d(64), tnn.ReLU(),
+                   tnn.MaxPool2d(3, 2, 1)], 64
+    for i, (planes, n) in enumerate(zip((64, 128, 256, 512), cfg.layers)):
+        for j in range(n):
+            b = Block(cin, planes, 2 if i > 0 and j == 0 else 1)
+            layers.append(b)
+            cin = b.out
+    layers += [tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(cin, 1000)]
+    return tnn.Sequential(*layers)
+
+
+ENTRIES: dict[str, Callable[[str], Bench]] = {
+    "resnet18": resnet_entry("resnet18"),
+    "resnet50": resnet_entry("resnet50"),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    mlxnet.use_device(a.device)
+    import torch
+
+    dev = torch_device(a.device)
+    print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}); torch {torch.__version__} on {dev}, "
+          f"{torch.get_num_threads()} threads")
+    print(f"{'model':24s} {'mlxnet ms':>10s} {'torch ms':>10s} {'mlxnet/torch':>13s}  note")
+    rows = []
+    for name, build in ENTRIES.items():
+        if a.only and name not in a.only:
+            continue
+        run_mlx, run_torch, note = build(a.device)
+        t_mlx = timeit(run_mlx, mx.synchronize, reps=a.reps)
+        t_torch = timeit(run_torch, lambda: torch_sync(dev), reps=a.reps) if run_torch else float("nan")
+        rows.append({"model": name, "mlxnet_ms": t_mlx, "torch_ms": t_torch, "note": note})
+        print(f"{name:24s} {t_mlx:10.1f} {t_torch:10.1f} {t_mlx / t_torch:13.2f}  {note}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": a.device, "backend": mlxnet.backend(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    np.random.seed(0)
+    main()

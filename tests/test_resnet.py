@@ -1,0 +1,113 @@
+"""ResNet port: goldens from torchvision (scripts/golden_resnet.py), training, CLI."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from safetensors.numpy import load_file
+
+import mlxnet
+from mlxnet.models import resnet
+from mlxnet.weights import from_torch_layout, to_torch_layout
+from mlxnet.weights.seeded import seeded_state_dict
+from testutil import assert_close
+
+FIXTURES = Path(__file__).parent / "fixtures" / "resnet"
+SEED = 1234  # as in scripts/golden_resnet.py
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict[str, np.ndarray]:
+    return load_file(str(FIXTURES / "resnet_golden.safetensors"))
+
+
+def torch_shapes(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    """The PyTorch state-dict shapes implied by our parameters (conv weights in OIHW)."""
+    out = []
+    for key, value in tree_flatten(model.parameters()):
+        shape = tuple(value.shape)
+        if value.ndim == 4:
+            shape = to_torch_layout(np.zeros(shape, np.float32), "conv2d").shape
+        out.append((key, shape))
+    return out
+
+
+def seeded_model(name: str) -> resnet.ResNet:
+    model = resnet.resnet(name)
+    weights = seeded_state_dict(torch_shapes(model), SEED)
+    model.load_weights([(k, mx.array(from_torch_layout(v, "conv2d") if v.ndim == 4 else v))
+                        for k, v in weights.items()], strict=True)
+    model.eval()
+    return model
+
+
+@pytest.mark.parametrize("name", list(resnet.CONFIGS))
+def test_matches_torchvision_fp32(name, golden):
+    model = seeded_model(name)
+    x = mx.array(golden["input_nchw"].transpose(0, 2, 3, 1))
+    with mlxnet.use_device("cpu"):
+        logits = model(x)
+    assert_close(logits, golden[f"{name}.logits"], mx.float32, scale=20)  # 2e-4 of max |logit|
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
+def test_half_precision_close_to_fp32(dtype, golden):
+    model = seeded_model("resnet18")
+    model.set_dtype(dtype)
+    x = mx.array(golden["input_nchw"].transpose(0, 2, 3, 1)).astype(dtype)
+    logits = model(x).astype(mx.float32)
+    ref = golden["resnet18.logits"]
+    err = float(np.abs(np.array(logits) - ref).max() / np.abs(ref).max())
+    assert err < (0.02 if dtype == mx.float16 else 0.08), err
+    assert float(mx.std(logits)) > 0.1 * float(np.std(ref))  # not constant
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_matches_torchvision_on_gpu_with_kernels(gpu, name, golden):
+    model = seeded_model(name)
+    assert mlxnet.ops.get("max_pool2d").uses_kernel()
+    logits = model(mx.array(golden["input_nchw"].transpose(0, 2, 3, 1)))
+    assert_close(logits, golden[f"{name}.logits"], mx.float32, scale=20)
+
+
+def test_preprocess_follows_torchvision_resize_and_crop():
+    img = np.zeros((300, 400, 3), np.uint8)
+    img[:, 200:] = 255
+    x = resnet.preprocess(img)
+    assert x.shape == (1, 224, 224, 3)
+    # Left half black, right half white after normalisation, split at the crop's centre.
+    black = (0 - np.array(resnet.IMAGENET_MEAN)) / np.array(resnet.IMAGENET_STD)
+    np.testing.assert_allclose(np.array(x[0, 100, 10]), black, rtol=1e-5)
+    assert float(x[0, 100, 200, 0]) > 2.0
+
+
+def test_imagenet_classes_shipped():
+    names = resnet.imagenet_classes()
+    assert len(names) == 1000 and names[0] == "tench" and names[207] == "golden retriever"
+
+
+def test_one_sgd_step_reduces_loss_through_pooling_vjps():
+    mx.random.seed(0)
+    model = resnet.resnet18(num_classes=4)
+    model.train()
+    x = mx.random.normal((8, 32, 32, 3))
+    y = mx.array([0, 1, 2, 3, 0, 1, 2, 3])
+
+    def loss_fn(m):
+        return nn.losses.cross_entropy(m(x), y, reduction="mean")
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+    opt = optim.SGD(learning_rate=0.05)
+    before, grads = loss_and_grad(model)
+    g = dict(tree_flatten(grads))
+    assert float(mx.abs(g["conv1.weight"]).sum()) > 0  # gradient flowed back through the max-pool
+    opt.update(model, grads)
+    mx.eval(model.parameters())
+    after, _ = loss_and_grad(model)
+    assert float(after) < float(before)
