@@ -1,4 +1,7 @@
 """Layers (mlx.nn.Module) whose compute goes through mlxnet's op registry."""
 from .layers import LayerNorm
+from . import pooling
+from .pooling import *  # noqa: F401,F403
 
 __all__ = ["LayerNorm"]
+__all__ += pooling.__all__

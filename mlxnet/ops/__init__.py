@@ -5,5 +5,8 @@ kernel or the reference from the device in force when it runs.
 """
 from .registry import REGISTRY, Op, get, register
 from .norm import layer_norm
+from . import pooling  # noqa: E402  (registers the pooling ops)
+from .pooling import *  # noqa: F401,F403
 
 __all__ = ["REGISTRY", "Op", "get", "register", "layer_norm"]
+__all__ += pooling.__all__

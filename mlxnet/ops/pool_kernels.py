@@ -1,0 +1,153 @@
+"""Launchers for the pooling kernels (custom_kernels/pool.kern, pool_adaptive.kern).
+
+All kernels take NHWC arrays (1d ops pass (N, 1, L, C)), one thread per output element for
+forward passes and one per input element for backward passes (gathers, no atomics), and
+their runtime sizes in a small int32 params array, so one compiled kernel serves every shape.
+Only the window size (KH, KW) is a template constant, to unroll the window loops.
+
+Each op's registry ``sources`` lists the kernels its example's forward launches (what the
+registry tests and scripts/check_cuda_compile.py exercise); the backward kernels live in the
+same files and are covered by tests/test_pooling.py's GPU tests.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+
+from ..errors import MlxnetError
+from .kernel_source import PortableKernel
+from .pool_common import Axis
+
+_FIXED = "pool.kern"
+_ADAPTIVE = "pool_adaptive.kern"
+
+MAX = PortableKernel(_FIXED, "max_pool2d", ["x", "p"], ["out"])
+MAX_INDICES = PortableKernel(_FIXED, "max_pool2d_indices", ["x", "p"], ["out", "indices"])
+MAX_GRAD = PortableKernel(_FIXED, "max_pool2d_grad", ["indices", "g", "p"], ["dx"])
+AVG = PortableKernel(_FIXED, "avg_pool2d", ["x", "p"], ["out"])
+AVG_GRAD = PortableKernel(_FIXED, "avg_pool2d_grad", ["g", "p"], ["dx"])
+UNPOOL = PortableKernel(_FIXED, "max_unpool2d", ["x", "indices", "p"], ["out"])
+UNPOOL_GRAD = PortableKernel(_FIXED, "max_unpool2d_grad", ["indices", "g", "p"], ["dx"])
+SPPF = PortableKernel(_FIXED, "sppf_pool", ["x", "p"], ["y5", "y9", "y13"])
+ADAPTIVE_AVG = PortableKernel(_ADAPTIVE, "adaptive_avg_pool2d", ["x", "p"], ["out"])
+ADAPTIVE_AVG_GRAD = PortableKernel(_ADAPTIVE, "adaptive_avg_pool2d_grad", ["g", "p"], ["dx"])
+ADAPTIVE_MAX = PortableKernel(_ADAPTIVE, "adaptive_max_pool2d", ["x", "p"], ["out"])
+ADAPTIVE_MAX_INDICES = PortableKernel(_ADAPTIVE, "adaptive_max_pool2d_indices", ["x", "p"],
+                                      ["out", "indices"])
+ADAPTIVE_MAX_GRAD = PortableKernel(_ADAPTIVE, "adaptive_max_pool2d_grad", ["indices", "g", "p"],
+                                   ["dx"])
+
+_GROUP = 256
+_INDEX = mx.int32  # PyTorch uses int64; int32 covers planes of up to 2^31 elements
+
+
+def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence[int],
+            template: list, threads: int, shapes: Sequence[Sequence[int]],
+            dtypes: Sequence[mx.Dtype], init_value: float | None = None) -> list[mx.array]:
+    # Kernels index with int: the largest tensor (and the rounded-up grid) must fit.
+    largest = max([threads] + [a.size for a in inputs])
+    if largest >= 2**31 - _GROUP:
+        raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements, got {largest}")
+    return kernel(list(inputs) + [mx.array(list(params), mx.int32)], template=template,
+                  grid=(threads, 1, 1), threadgroup=(_GROUP, 1, 1), output_shapes=shapes,
+                  output_dtypes=dtypes, init_value=init_value)
+
+
+def _fixed_params(shape: Sequence[int], rows: Axis, cols: Axis, count_pad: bool = False) -> list[int]:
+    n, h, w, c = shape
+    return [n, h, w, c, rows.out, cols.out, rows.stride, cols.stride, rows.padding, cols.padding,
+            rows.dilation, cols.dilation, int(count_pad)]
+
+
+def _out_shape(shape: Sequence[int], oh: int, ow: int) -> tuple[int, int, int, int]:
+    return (shape[0], oh, ow, shape[3])
+
+
+def max_forward(x: mx.array, rows: Axis, cols: Axis, with_indices: bool) -> list[mx.array]:
+    """[out] or [out, indices] of a fixed-window max pool of NHWC x."""
+    shape = _out_shape(x.shape, rows.out, cols.out)
+    kernel, dtypes = (MAX_INDICES, [x.dtype, _INDEX]) if with_indices else (MAX, [x.dtype])
+    return _launch(kernel, [x], _fixed_params(x.shape, rows, cols),
+                   [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)],
+                   x.size // x.shape[1] // x.shape[2] * rows.out * cols.out,
+                   [shape] * len(dtypes), dtypes)
+
+
+def max_backward(indices: mx.array, g: mx.array, x: mx.array, rows: Axis, cols: Axis) -> mx.array:
+    (dx,) = _launch(MAX_GRAD, [indices, g.astype(x.dtype)], _fixed_params(x.shape, rows, cols),
+                    [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.size,
+                    [x.shape], [x.dtype])
+    return dx
+
+
+def avg_forward(x: mx.array, rows: Axis, cols: Axis, count_include_pad: bool) -> mx.array:
+    (out,) = _launch(AVG, [x], _fixed_params(x.shape, rows, cols, count_include_pad),
+                     [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)],
+                     x.size // x.shape[1] // x.shape[2] * rows.out * cols.out,
+                     [_out_shape(x.shape, rows.out, cols.out)], [x.dtype])
+    return out
+
+
+def avg_backward(g: mx.array, x: mx.array, rows: Axis, cols: Axis,
+                 count_include_pad: bool) -> mx.array:
+    (dx,) = _launch(AVG_GRAD, [g.astype(x.dtype)], _fixed_params(x.shape, rows, cols, count_include_pad),
+                    [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.size,
+                    [x.shape], [x.dtype])
+    return dx
+
+
+def _unpool_params(x: mx.array, oh: int, ow: int) -> list[int]:
+    n, h, w, c = x.shape
+    return [n, h, w, c, oh, ow] + [1] * 6 + [0]
+
+
+def unpool_forward(x: mx.array, indices: mx.array, oh: int, ow: int) -> mx.array:
+    (out,) = _launch(UNPOOL, [x, indices.astype(_INDEX)], _unpool_params(x, oh, ow),
+                     [("T", x.dtype)], x.size, [_out_shape(x.shape, oh, ow)], [x.dtype],
+                     init_value=0.0)
+    return out
+
+
+def unpool_backward(indices: mx.array, g: mx.array, x: mx.array) -> mx.array:
+    oh, ow = g.shape[1:3]
+    (dx,) = _launch(UNPOOL_GRAD, [indices.astype(_INDEX), g.astype(x.dtype)],
+                    _unpool_params(x, oh, ow), [("T", x.dtype)], x.size, [x.shape], [x.dtype])
+    return dx
+
+
+def sppf_forward(x: mx.array) -> list[mx.array]:
+    """The 5x5, 9x9 and 13x13 stride-1 'same' max pools of NHWC x in one pass."""
+    return _launch(SPPF, [x], list(x.shape) + [0] * 9, [("T", x.dtype)], x.size,
+                   [x.shape] * 3, [x.dtype] * 3)
+
+
+def _adaptive_params(x_shape: Sequence[int], oh: int, ow: int) -> list[int]:
+    return list(x_shape) + [oh, ow]
+
+
+def adaptive_avg_forward(x: mx.array, oh: int, ow: int) -> mx.array:
+    (out,) = _launch(ADAPTIVE_AVG, [x], _adaptive_params(x.shape, oh, ow), [("T", x.dtype)],
+                     x.shape[0] * oh * ow * x.shape[3], [_out_shape(x.shape, oh, ow)], [x.dtype])
+    return out
+
+
+def adaptive_avg_backward(g: mx.array, x: mx.array) -> mx.array:
+    (dx,) = _launch(ADAPTIVE_AVG_GRAD, [g.astype(x.dtype)], _adaptive_params(x.shape, *g.shape[1:3]),
+                    [("T", x.dtype)], x.size, [x.shape], [x.dtype])
+    return dx
+
+
+def adaptive_max_forward(x: mx.array, oh: int, ow: int, with_indices: bool) -> list[mx.array]:
+    kernel, dtypes = ((ADAPTIVE_MAX_INDICES, [x.dtype, _INDEX]) if with_indices
+                      else (ADAPTIVE_MAX, [x.dtype]))
+    return _launch(kernel, [x], _adaptive_params(x.shape, oh, ow), [("T", x.dtype)],
+                   x.shape[0] * oh * ow * x.shape[3], [_out_shape(x.shape, oh, ow)] * len(dtypes),
+                   dtypes)
+
+
+def adaptive_max_backward(indices: mx.array, g: mx.array, x: mx.array) -> mx.array:
+    (dx,) = _launch(ADAPTIVE_MAX_GRAD, [indices, g.astype(x.dtype)],
+                    _adaptive_params(x.shape, *g.shape[1:3]), [("T", x.dtype)], x.size,
+                    [x.shape], [x.dtype])
+    return dx
