@@ -104,7 +104,7 @@ def convert(
     out = convert_checkpoint(src, dst, model, dtype=dtype, fold_bn=fold_bn, force=force)
     weights = load_safetensors(out)
     size = sum(v.nbytes for v in weights.values())
-    console.print(f"wrote {out}: {len(weights)} tensors, {size / 2**20:.1f} MiB (model {model})")
+    console.print(f"wrote {out}: {len(weights)} tensors, {size / 2**20:.1f} MiB (model {model})", soft_wrap=True)
 
 
 def run() -> None:

@@ -92,6 +92,8 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: Wei
     """``mlxnet convert``: SRC (file or model id) -> DST safetensors in mlxnet layout, written
     atomically; SRC is only read, DST is overwritten only with ``force``."""
     spec, dtype = get_spec(spec), as_dtype(dtype)
+    if fold_bn and not spec.fold_bn:  # fail before reading a large checkpoint
+        fold_batchnorm({}, spec)
     dst = Path(dst)
     if dst.exists() and not force:
         raise MlxnetError(f"{dst} already exists; pass --force to overwrite it")
