@@ -18,7 +18,7 @@ from fixtures.weights_torch_models import trained_tiny_net
 from mlxnet import MlxnetError
 from mlxnet.cli import run as cli_run
 from mlxnet.weights import (FORMAT, WeightSpec, convert_state_dict, from_torch_layout, get_spec,
-                            load_into, load_pretrained, load_safetensors, read_checkpoint,
+                            load_into, load_pretrained, load_safetensors,
                             read_safetensors_header, register_spec, resolve_weights, save_safetensors)
 
 TESTS = Path(__file__).resolve().parent

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import datetime
 import functools
 import os
 import pickle
 import subprocess
 import zipfile
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -28,6 +30,7 @@ def save(obj, path, legacy: bool):
 
 def same(ours, theirs: torch.Tensor) -> None:
     """Exact equality, dtype included (bfloat16 comes back as an mx.array)."""
+    theirs = theirs.detach().resolve_neg()
     if theirs.dtype == torch.bfloat16:
         assert isinstance(ours, mx.array) and ours.dtype == mx.bfloat16
         np.testing.assert_array_equal(np.array(ours.astype(mx.float32)), theirs.float().numpy())
@@ -49,6 +52,7 @@ def test_dtypes_views_and_shared_storage(tmp_path, legacy):
         # views of one storage: an offset, a transpose (non-contiguous strides), a strided slice
         "view_offset": base[2:], "view_t": base.t(), "view_step": base[::2, 1::3],
         "bf16_view": torch.arange(12.0).bfloat16().reshape(3, 4)[:, 1:3],
+        "neg_view": base[1]._neg_view(),  # saved with its negative bit in the metadata
     }
     out = read_torch_checkpoint(save(tensors, tmp_path / "t.pt", legacy))
     assert set(out) == set(tensors)
@@ -88,10 +92,14 @@ def test_ultralytics_and_lightning_layouts(tmp_path, legacy):
     lightning = {"epoch": 3, "global_step": 30, "pytorch-lightning_version": "2.2.0",
                  "state_dict": {f"generator.{k}": v for k, v in model.state_dict().items()},
                  "optimizer_states": [opt.state_dict()], "lr_schedulers": [],
-                 "hyper_parameters": {"args": argparse.Namespace(lr=0.1, name="x")}}
+                 "hyper_parameters": {"args": argparse.Namespace(lr=0.1, name="x"), "root": Path("/data/x"),
+                                      "when": datetime.datetime(2024, 5, 1, 12, 30), "mean": np.array([0.5, 0.25])}}
     ckpt = read_torch_checkpoint(save(lightning, tmp_path / "l.ckpt", legacy))
-    ns = ckpt["hyper_parameters"]["args"]
+    hp = ckpt["hyper_parameters"]
+    ns = hp["args"]
     assert isinstance(ns, Record) and ns.class_name == "argparse.Namespace" and ns.attrs == {"lr": 0.1, "name": "x"}
+    assert str(hp["root"]) == "/data/x" and hp["when"] == datetime.datetime(2024, 5, 1, 12, 30)
+    np.testing.assert_array_equal(hp["mean"], [0.5, 0.25])
     sd = find_state_dict(ckpt)
     assert list(sd) == [f"generator.{k}" for k in model.state_dict()]
     same(sd["generator.fc.weight"], model.fc.weight.detach())

@@ -15,13 +15,14 @@ e.g. a whole ``nn.Module``'s ``__dict__``), but *calling* it (``REDUCE``: ``os.s
 from __future__ import annotations
 
 import _compat_pickle
+import datetime
 import io
 import pickle
 import struct
 import tarfile
 import zipfile
 from collections import OrderedDict
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Callable, Mapping, Union
 
 import mlx.core as mx
@@ -181,7 +182,10 @@ def _rebuild_tensor(storage, storage_offset, size, stride):
 
 
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
-    return _tensor(storage, storage_offset, size, stride)
+    t = _tensor(storage, storage_offset, size, stride)
+    if isinstance(metadata, dict) and metadata.get("neg") and t is not None:  # a saved negative view
+        t = -t
+    return t
 
 
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None):
@@ -217,6 +221,13 @@ def _torch_device(kind: Any, index: Any = None) -> str:
     return f"{kind}:{index}" if index is not None else str(kind)
 
 
+def _pure_path(*parts: Any) -> PurePath:
+    # Path objects in hyper-parameters: kept as pure paths (no file system access).
+    if not all(isinstance(p, str) for p in parts):
+        raise _Refused("pathlib.Path", f"arguments {parts!r} are not strings")
+    return PurePath(*parts)
+
+
 def _np_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
     if subtype is not np.ndarray:
         raise _Refused("numpy.core.multiarray._reconstruct", f"subtype {subtype!r} is not numpy.ndarray")
@@ -246,6 +257,11 @@ _ALLOWED: dict[str, Any] = {
     "builtins.complex": complex,
     "builtins.bytearray": bytearray,
     "numpy.ndarray": np.ndarray,
+    "datetime.datetime": datetime.datetime,
+    "datetime.date": datetime.date,
+    "datetime.time": datetime.time,
+    "datetime.timedelta": datetime.timedelta,
+    "datetime.timezone": datetime.timezone,
 }
 _FUNCTIONS: dict[str, Callable] = {
     "_codecs.encode": _codecs_encode,
@@ -260,6 +276,8 @@ _FUNCTIONS: dict[str, Callable] = {
     "torch.device": _torch_device,
     "numpy.dtype": _np_dtype_ctor,
 }
+for _cls in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"):
+    _FUNCTIONS[f"pathlib.{_cls}"] = _pure_path
 for _mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
     _FUNCTIONS[f"{_mod}._reconstruct"] = _np_reconstruct
     _FUNCTIONS[f"{_mod}.scalar"] = _np_scalar
