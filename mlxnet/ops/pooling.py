@@ -115,7 +115,7 @@ def max_pool2d(x: mx.array, kernel_size: IntOrPair, stride: IntOrPair | None = N
 
 @register("max_pool1d", kernel=partial(_max_kernel, 1), kernel_vjp=partial(_max_vjp, 1),
           sources=(K.MAX_INDICES,),
-          example=lambda: ((_example_1d(),), dict(kernel_size=3, stride=2, padding=2, dilation=2,
+          example=lambda: ((_example_1d(),), dict(kernel_size=3, stride=2, padding=1, dilation=2,
                                                   ceil_mode=True, return_indices=True)))
 def max_pool1d(x: mx.array, kernel_size: int, stride: int | None = None, padding: int = 0,
                dilation: int = 1, ceil_mode: bool = False,

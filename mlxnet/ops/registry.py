@@ -70,6 +70,7 @@ def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
 
     @forward.vjp
     def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
+        primals = _as_tuple(primals)  # MLX passes a lone input bare, not as a 1-tuple
         if op.kernel_vjp is not None:
             return _as_tuple(op.kernel_vjp(rebuild(primals), cotangents, outputs, **params))
         cots = list(_as_tuple(cotangents))
