@@ -107,6 +107,14 @@ def convert(
     console.print(f"wrote {out}: {len(weights)} tensors, {size / 2**20:.1f} MiB (model {model})", soft_wrap=True)
 
 
+def _shorten(text: str, limit: int = 10) -> str:
+    """A summary line with at most ``limit`` detail lines (the exception keeps them all)."""
+    lines = text.splitlines()
+    if len(lines) <= limit + 1:
+        return text
+    return "\n".join(lines[:limit + 1] + [f"  ... and {len(lines) - limit - 1} more (--debug shows all)"])
+
+
 def run() -> None:
     """Console-script entry point: one-line errors unless --debug."""
     try:
@@ -123,7 +131,7 @@ def run() -> None:
         if _options["debug"]:
             raise
         text = str(e) if isinstance(e, (MlxnetError, FileNotFoundError)) else f"{type(e).__name__}: {e}"
-        print(f"error: {text}", file=sys.stderr)
+        print(f"error: {_shorten(text)}", file=sys.stderr)
         sys.exit(1)
     if isinstance(code, int) and code:
         sys.exit(code)
@@ -134,3 +142,6 @@ from .commands import check as _check, classify as _classify  # noqa: E402
 
 app.command(name="classify")(_classify.classify)
 app.command(name="check")(_check.check)
+from .commands import detect as _detect  # noqa: E402
+
+app.command(name="detect")(_detect.detect)

@@ -16,6 +16,7 @@ import torch
 from fixtures.weights_models import SPEC, TinyNet
 from fixtures.weights_torch_models import trained_tiny_net
 from mlxnet import MlxnetError
+from testutil import make_hub_cache
 from mlxnet.cli import run as cli_run
 from mlxnet.weights import (FORMAT, WeightSpec, convert_state_dict, from_torch_layout, get_spec,
                             load_into, load_pretrained, load_safetensors,
@@ -148,22 +149,6 @@ def test_resolve_local_paths_and_unknown_ids(tmp_path):
         resolve_weights(tmp_path)
     with pytest.raises(MlxnetError, match=r"unknown model 'no-such-model'"):
         resolve_weights("no-such-model")
-
-
-def make_hub_cache(root: Path, repo: str, filename: str, data: bytes) -> Path:
-    """huggingface_hub's cache layout: models--ORG--NAME/{refs/main, blobs/<sha256>,
-    snapshots/<commit>/<file> -> ../../blobs/<sha256>}."""
-    base = root / ("models--" + repo.replace("/", "--"))
-    commit = hashlib.sha1(data).hexdigest()
-    blob = base / "blobs" / hashlib.sha256(data).hexdigest()
-    blob.parent.mkdir(parents=True)
-    blob.write_bytes(data)
-    (base / "refs").mkdir()
-    (base / "refs" / "main").write_text(commit)
-    snap = base / "snapshots" / commit / filename
-    snap.parent.mkdir(parents=True)
-    snap.symlink_to(os.path.relpath(blob, snap.parent))
-    return snap
 
 
 def run_py(code: str, env_extra: dict) -> subprocess.CompletedProcess:
