@@ -22,36 +22,69 @@ def gather_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan) -
     b = bias.astype(x.dtype) if has_bias else mx.zeros((1,), x.dtype)
     nbw = -(-aw.out // (aw.stride * PIX))
     total = n * ah.out * nbw * aw.stride * p.c_out
-    params = mx.array([ah.size, aw.size, p.c_in, ah.out, aw.out, p.c_out, kh_n, kw_n,
-                       ah.stride, aw.stride, ah.padding, aw.padding, ah.dilation, aw.dilation,
+    params = mx.array([ah.size, aw.size, p.c_in, ah.out, aw.out, p.c_out, ah.padding, aw.padding,
                        p.c_in // p.groups, p.c_out // p.groups, nbw, total], mx.int32)
     (out,) = GATHER(
         [x, wt, b, params],
-        template=[("T", x.dtype), ("PIX", PIX), ("HAS_BIAS", has_bias)],
+        template=[("T", x.dtype), ("PIX", PIX), ("HAS_BIAS", has_bias), ("KH", kh_n), ("KW", kw_n),
+                  ("SH", ah.stride), ("SW", aw.stride), ("DH", ah.dilation), ("DW", aw.dilation)],
         grid=(total, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(n, ah.out, aw.out, p.c_out)], output_dtypes=[x.dtype],
     )
     return out
 
 
-def use_gather(x: mx.array, p: Plan) -> bool:
-    """Gather kernel or shifted-gemm decomposition, by shape class (measured on an H100)."""
+def builtin_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan) -> mx.array:
+    """MLX's own transposed convolution (cuDNN backward-data on CUDA)."""
     ah, aw = p.axes
-    total = x.shape[0] * ah.out * aw.out * p.c_out
-    if total >= 2**31 - 2**24:  # int32 indexing in the kernel
-        return False
-    # Placeholder until measured: few input channels per group favour the gather kernel.
-    return p.c_in // p.groups <= 16
+    y = mx.conv_transpose2d(x, weight.astype(x.dtype), stride=(ah.stride, aw.stride),
+                            padding=(ah.padding, aw.padding), dilation=(ah.dilation, aw.dilation),
+                            output_padding=(ah.output_padding, aw.output_padding), groups=p.groups)
+    return y if bias is None else y + bias.astype(x.dtype)
 
 
-def forward_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan) -> mx.array:
-    if use_gather(x, p):
-        return gather_nhwc(x, weight, bias, p)
-    return decomposed_nhwc(x, weight, bias, p)
+FORWARD = {"gather": gather_nhwc, "decomposition": decomposed_nhwc, "builtin": builtin_nhwc}
 
 
-def vjp_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan,
-             dy: mx.array) -> tuple[mx.array, ...]:
+def forward_method(x: mx.array, p: Plan) -> str:
+    """Fastest forward per shape class, measured on an H100 (scripts/bench_conv_transpose.py --gpu).
+
+    Provisional rule, to be replaced by the measured one.
+    """
+    ah, aw = p.axes
+    if x.shape[0] * ah.out * aw.out * p.c_out >= 2**31 - 2**24:  # the kernel indexes with int32
+        return "builtin"
+    return "gather" if p.c_in // p.groups <= 4 else "builtin"
+
+
+def forward_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan,
+                 method: str | None = None) -> mx.array:
+    return FORWARD[method or forward_method(x, p)](x, weight, bias, p)
+
+
+def vjp_method(p: Plan) -> str:
+    """Fastest backward per shape class (same measurements). Provisional.
+
+    Never "builtin" with output_padding: MLX 0.32's own conv_transpose vjp then returns a dx of
+    the wrong shape.
+    """
+    return "conv" if p.c_in // p.groups > 4 else "decomposition"
+
+
+def vjp_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan, dy: mx.array,
+             method: str | None = None) -> tuple[mx.array, ...]:
+    """(dx, dw[, db]) by ``method``: "conv" (below), or MLX autodiff of "decomposition" / "builtin"."""
+    method = method or vjp_method(p)
+    if method != "conv":
+        fn = FORWARD[method]
+        primals = [x, weight] + ([] if bias is None else [bias])
+        _, grads = mx.vjp(lambda *a: fn(a[0], a[1], a[2] if len(a) > 2 else None, p), primals, [dy])
+        return tuple(grads)
+    return _conv_vjp(x, weight, bias, p, dy)
+
+
+def _conv_vjp(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan,
+              dy: mx.array) -> tuple[mx.array, ...]:
     """Gradients through ordinary convolutions (cuDNN / MPS on GPU).
 
     A transposed convolution is the input-adjoint of the convolution ``c(z, w2)`` with the same
