@@ -145,3 +145,6 @@ app.command(name="check")(_check.check)
 from .commands import detect as _detect  # noqa: E402
 
 app.command(name="detect")(_detect.detect)
+from .commands import inpaint as _inpaint  # noqa: E402
+
+app.command(name="inpaint")(_inpaint.inpaint)

@@ -1,3 +1,5 @@
 """Model ports, one module per family (installed as ``mlxnet.models``)."""
 from . import resnet  # noqa: E402,F401  (registers the ResNet weight specs)
 from .resnet import ResNet, resnet18, resnet34, resnet50, resnet101, resnet152  # noqa: E402,F401
+from . import lama  # noqa: E402,F401  (registers the LaMa weight specs)
+from .lama import LaMa  # noqa: E402,F401

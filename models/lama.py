@@ -1,0 +1,383 @@
+"""LaMa (Suvorov et al., WACV 2022): large-mask inpainting with Fast Fourier Convolutions.
+
+The big-lama generator (``FFCResNetGenerator`` of github.com/advimman/lama, configured by
+configs/training/big-lama.yaml), NHWC throughout:
+
+    reflect-pad 3, 7×7 conv 4→64                         (model.0, model.1)
+    3 × stride-2 3×3 conv 64→128→256→512                 (model.2-4; the last splits its output
+                                                          into local 128 + global 384 channels)
+    18 FFC ResNet blocks on (local, global)              (model.5-22)
+        FFC: local←local 3×3 + local←global 3×3, global←local 3×3 + global←global spectral
+        spectral: 1×1 conv → BN → ReLU → FourierUnit (rfft2 → 1×1 conv → BN → ReLU → irfft2),
+                  residual, 1×1 conv
+    concatenate local ⊕ global                           (model.23)
+    3 × (transposed conv 3×3 stride 2, BN, ReLU)         (model.24-32)
+    reflect-pad 3, 7×7 conv 64→3, sigmoid                (model.33-35)
+
+All convolutions of the FFC blocks pad by reflection (the reference's ``padding_type``).
+``LaMa.model`` mirrors the reference's ``nn.Sequential`` index for index, so checkpoint keys
+(``generator.model.5.conv1.ffc.convg2g.fu.conv_layer.weight``) map by dropping the prefix.
+Input: the masked image (RGB in [0, 1], holes zeroed) ⊕ the binary mask, H and W multiples
+of 8; :meth:`LaMa.inpaint` does the reference's padding, masking, blending and cropping.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+import mlxnet
+from mlxnet.errors import MlxnetError
+from mlxnet.nn import ConvTranspose2d
+from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec
+from mlxnet.weights.safetensors_io import as_dtype, is_safetensors
+
+# Variants: released generators of the LaMa family that share this architecture.
+CONFIGS = {
+    "lama": 18,          # big-lama (configs/training/big-lama.yaml)
+    "lama-fourier": 9,   # lama-fourier (configs/training/generator/ffc_resnet_075.yaml)
+}
+RATIO_GLOBAL = 0.75      # resnet_conv_kwargs.ratio_gin/gout: share of channels in the global branch
+MODULO = 8               # configs/prediction/default.yaml: dataset.pad_out_to_modulo
+
+# MLX's CPU convolution unfolds its whole input (im2col, float32) before one GEMM: the 7×7 head
+# on a 2048² image would need 52 GB. Above this many unfolded bytes, CPU convs run in row bands.
+_CPU_UNFOLD_BUDGET = 256 * 2**20
+
+
+def conv2d(x: mx.array, weight: mx.array, stride: int = 1) -> mx.array:
+    """Unpadded ``mx.conv2d``; on CPU in bands of output rows when the unfold would be large."""
+    n, h, w, c = x.shape
+    k = weight.shape[1]
+    out_h, out_w = (h - k) // stride + 1, (w - k) // stride + 1
+    row_bytes = n * out_w * k * k * c * 4
+    if mlxnet.backend() != "cpu" or out_h * row_bytes <= _CPU_UNFOLD_BUDGET:
+        return mx.conv2d(x, weight, stride=stride)
+    rows = max(1, _CPU_UNFOLD_BUDGET // row_bytes)
+    bands = [mx.conv2d(x[:, r * stride:(min(r + rows, out_h) - 1) * stride + k], weight, stride=stride)
+             for r in range(0, out_h, rows)]
+    return mx.concatenate(bands, axis=1)
+
+
+def reflect_pad(x: mx.array, p: int) -> mx.array:
+    if p == 0:
+        return x
+    if min(x.shape[1:3]) <= p:
+        raise MlxnetError(f"LaMa: a feature map of {x.shape[1]}×{x.shape[2]} is too small to "
+                          f"reflect-pad by {p}; the input image is too small")
+    return mx.pad(x, [(0, 0), (p, p), (p, p), (0, 0)], mode="reflect")
+
+
+class Conv(nn.Module):
+    """Conv2d with reflection padding (PyTorch's ``padding_mode='reflect'``); weight (O, K, K, I)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0,
+                 bias: bool = False) -> None:
+        super().__init__()
+        self.stride, self.padding = stride, padding
+        self.weight = mx.zeros((cout, kernel, kernel, cin))
+        if bias:
+            self.bias = mx.zeros((cout,))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = conv2d(reflect_pad(x, self.padding), self.weight.astype(x.dtype), self.stride)
+        return y + self.bias.astype(x.dtype) if "bias" in self else y
+
+
+class ReflectionPad2d(nn.Module):
+    def __init__(self, p: int) -> None:
+        super().__init__()
+        self.p = p
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return reflect_pad(x, self.p)
+
+
+class FourierUnit(nn.Module):
+    """rfft2 → 1×1 conv over (real, imag) channel pairs → BN → ReLU → irfft2 (norm 'ortho').
+
+    Runs in float32 whatever the model's dtype, and keeps its weights in float32 (see
+    :meth:`LaMa.set_dtype`): with the 'ortho' norm the zero-frequency term is the channel mean
+    times sqrt(H·W), so a 2048² image (256² at this depth) scales it by 256 and activations in
+    the hundreds leave float16's range (65504); half precision would also round away the
+    small high-frequency terms summed over H·W pixels. MLX's FFT is complex64-only anyway.
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv_layer = nn.Conv2d(2 * channels, 2 * channels, 1, bias=False)
+        self.bn = nn.BatchNorm(2 * channels)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        n, h, w, c = x.shape
+        f = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")  # (n, h, w//2+1, c)
+        # Channel 2c+0 is the real part of input channel c, 2c+1 its imaginary part (the
+        # reference's stack(-1) + permute + view).
+        f = mx.stack([f.real, f.imag], axis=-1).reshape(n, h, f.shape[2], 2 * c)
+        f = mx.conv2d(f, self.conv_layer.weight.astype(mx.float32))
+        f = nn.relu(self.bn(f)).reshape(n, h, f.shape[2], c, 2)
+        y = mx.fft.irfft2(f[..., 0] + 1j * f[..., 1], s=(h, w), axes=(1, 2), norm="ortho")
+        return y.astype(x.dtype)
+
+
+class SpectralTransform(nn.Module):
+    """The global→global path: 1×1 conv → BN → ReLU, FourierUnit with a residual, 1×1 conv."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        half = cout // 2
+        self.conv1 = [nn.Conv2d(cin, half, 1, bias=False), nn.BatchNorm(half), nn.ReLU()]
+        self.fu = FourierUnit(half)
+        self.conv2 = nn.Conv2d(half, cout, 1, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for layer in self.conv1:
+            x = layer(x)
+        return self.conv2(x + self.fu(x))
+
+
+Stream = tuple[mx.array, "mx.array | None"]  # (local, global); global is None without a global part
+
+
+class FFC(nn.Module):
+    """Fast Fourier Convolution: four paths between the local and global channel groups."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, ratio_in: float, ratio_out: float,
+                 stride: int = 1, padding: int = 0) -> None:
+        super().__init__()
+        in_g = int(cin * ratio_in)
+        in_l = cin - in_g
+        out_g = int(cout * ratio_out)
+        out_l = cout - out_g
+        if in_l and out_l:
+            self.convl2l = Conv(in_l, out_l, kernel, stride, padding)
+        if in_l and out_g:
+            self.convl2g = Conv(in_l, out_g, kernel, stride, padding)
+        if in_g and out_l:
+            self.convg2l = Conv(in_g, out_l, kernel, stride, padding)
+        if in_g and out_g:
+            if stride != 1:
+                raise MlxnetError("LaMa FFC: a strided spectral transform is not part of any LaMa generator")
+            self.convg2g = SpectralTransform(in_g, out_g)
+
+    def __call__(self, x: Stream | mx.array) -> Stream:
+        x_l, x_g = x if isinstance(x, tuple) else (x, None)
+        out_l = _sum(self.get("convl2l"), x_l, self.get("convg2l"), x_g)
+        out_g = _sum(self.get("convl2g"), x_l, self.get("convg2g"), x_g)
+        return out_l, out_g
+
+
+def _sum(f: nn.Module | None, a: mx.array, g: nn.Module | None, b: mx.array | None) -> mx.array | None:
+    """f(a) + g(b), where an absent path contributes nothing (the reference's Identity on 0)."""
+    terms = [m(v) for m, v in ((f, a), (g, b)) if m is not None and v is not None]
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+class FFC_BN_ACT(nn.Module):
+    def __init__(self, cin: int, cout: int, kernel: int, ratio_in: float, ratio_out: float,
+                 stride: int = 1, padding: int = 0) -> None:
+        super().__init__()
+        self.ffc = FFC(cin, cout, kernel, ratio_in, ratio_out, stride, padding)
+        out_g = int(cout * ratio_out)
+        if ratio_out != 1:
+            self.bn_l = nn.BatchNorm(cout - out_g)
+        if ratio_out != 0:
+            self.bn_g = nn.BatchNorm(out_g)
+
+    def __call__(self, x: Stream | mx.array) -> Stream:
+        x_l, x_g = self.ffc(x)
+        x_l = nn.relu(self.bn_l(x_l)) if "bn_l" in self else x_l
+        x_g = nn.relu(self.bn_g(x_g)) if "bn_g" in self else x_g
+        return x_l, x_g
+
+
+class FFCResnetBlock(nn.Module):
+    def __init__(self, dim: int, ratio: float) -> None:
+        super().__init__()
+        self.conv1 = FFC_BN_ACT(dim, dim, 3, ratio, ratio, padding=1)
+        self.conv2 = FFC_BN_ACT(dim, dim, 3, ratio, ratio, padding=1)
+
+    def __call__(self, x: Stream) -> Stream:
+        y_l, y_g = self.conv2(self.conv1(x))
+        return x[0] + y_l, x[1] + y_g
+
+
+class ConcatTuple(nn.Module):
+    def __call__(self, x: Stream) -> mx.array:
+        return x[0] if x[1] is None else mx.concatenate([x[0], x[1]], axis=-1)
+
+
+class LaMa(nn.Module):
+    """The FFC ResNet generator; ``model`` is the reference's Sequential, index for index."""
+
+    def __init__(self, n_blocks: int = 18, ngf: int = 64, n_downsampling: int = 3,
+                 input_nc: int = 4, output_nc: int = 3) -> None:
+        super().__init__()
+        self.n_blocks = n_blocks
+        layers: list[nn.Module] = [ReflectionPad2d(3), FFC_BN_ACT(input_nc, ngf, 7, 0, 0)]
+        for i in range(n_downsampling):
+            ratio_out = RATIO_GLOBAL if i == n_downsampling - 1 else 0
+            layers.append(FFC_BN_ACT(ngf * 2 ** i, ngf * 2 ** (i + 1), 3, 0, ratio_out, stride=2, padding=1))
+        dim = ngf * 2 ** n_downsampling
+        layers += [FFCResnetBlock(dim, RATIO_GLOBAL) for _ in range(n_blocks)]
+        layers.append(ConcatTuple())
+        for i in range(n_downsampling):  # three flat entries each, as in the reference
+            c = ngf * 2 ** (n_downsampling - i)
+            layers += [ConvTranspose2d(c, c // 2, kernel_size=3, stride=2, padding=1, output_padding=1),
+                       nn.BatchNorm(c // 2), nn.ReLU()]
+        layers += [ReflectionPad2d(3), Conv(ngf, output_nc, 7, bias=True), nn.Sigmoid()]
+        self.model = layers
+        self.eval()
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """(N, H, W, 4) masked image ⊕ mask, H and W multiples of 8 → (N, H, W, 3) in [0, 1]."""
+        if x.ndim != 4 or x.shape[-1] != 4:
+            raise MlxnetError(f"LaMa expects an (N, H, W, 4) masked image ⊕ mask, got shape {tuple(x.shape)}")
+        if x.shape[1] % MODULO or x.shape[2] % MODULO:
+            raise MlxnetError(f"LaMa expects H and W to be multiples of {MODULO}, got {x.shape[1]}×{x.shape[2]} "
+                              "(LaMa.inpaint pads any size)")
+        x = x.astype(self.dtype)
+        for layer in self.model:
+            x = layer(x)
+        return x
+
+    def set_dtype(self, dtype: mx.Dtype, predicate=None) -> None:
+        """Cast floating parameters to ``dtype``, except the FourierUnits', which stay float32."""
+        def cast(key: str, v: mx.array) -> bool:
+            return ".fu." not in key and (predicate or (lambda t: mx.issubdtype(t, mx.floating)))(v.dtype)
+
+        params = tree_flatten(self.parameters())
+        self.update(tree_unflatten([(k, v.astype(dtype) if cast(k, v) else v) for k, v in params]))
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.model[1].ffc.convl2l.weight.dtype
+
+    # --- pre/post-processing as bin/predict.py --------------------------------------------------
+    def inpaint(self, image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> np.ndarray:
+        """Fill the masked region of one image.
+
+        image: (H, W, 3) RGB, uint8 or float in [0, 1]. mask: (H, W) (or (H, W, 1)); every
+        non-zero pixel is filled (the reference binarises with ``mask > 0``).
+        Returns (H, W, 3) uint8: ``clip(result * 255)`` truncated, as the reference writes it.
+        """
+        result = self.inpaint_float(image, mask)
+        return np.clip(np.array(result) * 255, 0, 255).astype(np.uint8)
+
+    def inpaint_float(self, image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> mx.array:
+        """As :meth:`inpaint`, returning the float32 (H, W, 3) result in [0, 1] as an mx.array."""
+        img, m = _prepare(image, mask)
+        h, w = img.shape[:2]
+        ph, pw = -h % MODULO, -w % MODULO
+        # numpy's 'symmetric' (edge repeated), as the reference's pad_img_to_modulo
+        img_p = mx.pad(img, [(0, ph), (0, pw), (0, 0)], mode="symmetric")
+        m_p = mx.pad(m, [(0, ph), (0, pw), (0, 0)], mode="symmetric")
+        x = mx.concatenate([img_p * (1 - m_p), m_p], axis=-1)[None]
+        predicted = self(x)[0].astype(mx.float32)
+        out = m_p * predicted + (1 - m_p) * img_p
+        out = out[:h, :w]
+        mx.eval(out)
+        return out
+
+    @classmethod
+    def from_pretrained(cls, weights: str | os.PathLike = "lama", *, model: str | None = None,
+                        dtype: str | mx.Dtype | None = None) -> "LaMa":
+        """A generator with weights from an id ("lama": big-lama's checkpoint from the hub,
+        "lama-fourier") or a file (the Lightning .ckpt, a generator state dict, or a file from
+        ``mlxnet convert``). ``model`` names the variant of a file (default: from a converted
+        file's metadata, else "lama"). ``dtype``: float32 (default), float16 or bfloat16."""
+        name = model or (str(weights) if str(weights) in CONFIGS else _model_of_file(weights))
+        if name not in CONFIGS:
+            raise MlxnetError(f"unknown LaMa variant {name!r}; choose one of {', '.join(CONFIGS)}")
+        net = cls(CONFIGS[name])
+        load_pretrained(net, name, None if str(weights) == name else weights)
+        target = as_dtype(dtype)
+        if target is not None and target != mx.float32:
+            net.set_dtype(target)
+        mx.eval(net.parameters())
+        return net
+
+
+def _model_of_file(path: str | os.PathLike) -> str:
+    """The variant a converted file names in its metadata, else big-lama."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise MlxnetError(f"LaMa weights {str(path)!r}: neither a LaMa id ({', '.join(CONFIGS)}) nor a file")
+    meta = read_safetensors_header(p)[1] if is_safetensors(p) else {}
+    return meta["model"] if meta.get("model") in CONFIGS else "lama"
+
+
+# Smallest side inpaint accepts: padded to 16, the bottleneck is 2 pixels, which its 3×3 reflect-
+# padded convs need (8 would leave 1; the reference fails there too).
+MIN_SIDE = MODULO + 1
+
+
+def _prepare(image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> tuple[mx.array, mx.array]:
+    """(H, W, 3) float32 image in [0, 1] and (H, W, 1) binary float32 mask, checked."""
+    img = np.asarray(image) if not isinstance(image, mx.array) else np.array(image)
+    msk = np.asarray(mask) if not isinstance(mask, mx.array) else np.array(mask)
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise MlxnetError(f"LaMa: expected an (H, W, 3) RGB image, got shape {img.shape}")
+    if msk.ndim == 3 and msk.shape[2] == 1:
+        msk = msk[..., 0]
+    if msk.ndim != 2:
+        raise MlxnetError(f"LaMa: expected an (H, W) mask, got shape {msk.shape}")
+    if msk.shape != img.shape[:2]:
+        raise MlxnetError(f"LaMa: mask is {msk.shape[1]}×{msk.shape[0]} but the image is "
+                          f"{img.shape[1]}×{img.shape[0]} (width×height); resize the mask "
+                          "(CLI: --resize-mask)")
+    if min(img.shape[:2]) < MIN_SIDE:
+        raise MlxnetError(f"LaMa: image {img.shape[1]}×{img.shape[0]} is too small; "
+                          f"both sides must be at least {MIN_SIDE} pixels")
+    img = img.astype(np.float32) / 255 if img.dtype == np.uint8 else img.astype(np.float32)
+    return mx.array(img), mx.array((msk > 0).astype(np.float32)[..., None])
+
+
+# --- Weights -------------------------------------------------------------------------------------
+# The Lightning checkpoint holds the whole training module: generator, discriminator, losses and
+# evaluators. Only ``generator.*`` is kept; the other module families are dropped by name, so a
+# key of any other family is still an error. A bare generator state dict ("model.N...") maps too.
+_TRAINING_ONLY = r"(discriminator|adversarial_loss|val_evaluator|test_evaluator|extra_evaluators" \
+                 r"|generator_average|loss_[a-z_]+)\..*"
+
+
+def transposed_conv_indices(n_blocks: int, n_downsampling: int = 3) -> list[int]:
+    """Indices of the upsampling ConvTranspose2d layers in ``LaMa.model``."""
+    first = 3 + n_downsampling + n_blocks  # after pad, stem, downsampling, blocks, concat
+    return [first + 3 * i for i in range(n_downsampling)]
+
+
+def weight_spec(name: str) -> WeightSpec:
+    convt = {f"model.{i}.weight" for i in transposed_conv_indices(CONFIGS[name])}
+
+    def layouts(key: str, shape: tuple) -> str | None:
+        if len(shape) != 4:
+            return None
+        return "conv_transpose2d" if key in convt else "conv2d"
+
+    def build(fold_bn: bool = False) -> LaMa:
+        if fold_bn:
+            raise MlxnetError("LaMa: BatchNorm folding is not supported (an FFC's BN follows a sum of convs)")
+        return LaMa(CONFIGS[name])
+
+    hub = {"lama": ("lllyasviel/Annotators", "lama.ckpt")}  # big-lama's best.ckpt (same SHA-256)
+    repo, filename = hub.get(name, (None, None))
+    return WeightSpec(
+        id=name, repo=repo, filename=filename,
+        keys=[(r"generator\.(model\..+)", r"\1"), (r"(model\..+)", r"\1")],
+        drop=[r".*\.num_batches_tracked", _TRAINING_ONLY],
+        layouts=layouts, checkpoint_key=None, build=build)
+
+
+for _name in CONFIGS:
+    register_spec(weight_spec(_name))
+
+
+__all__: Sequence[str] = ["CONFIGS", "LaMa", "FourierUnit", "weight_spec", "transposed_conv_indices"]

@@ -1,0 +1,323 @@
+"""LaMa port vs the reference (advimman/lama) goldens: generator, pipeline, dtypes, weights, CLI.
+
+Fixtures come from scripts/golden_lama.py: seeded weights (mlxnet/weights/seeded.py, same seed
+here), a 2×4×64×64 generator input, and a 60×52 image + grey-level mask run through the
+reference's predict path (pad to 8 with 'symmetric', binarise, blend, crop). Tolerances:
+float32 1e-4 relative to the largest magnitude; float16 2e-3 and bfloat16 2e-2 (testutil).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core)
+import mlx.core as mx
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from testutil import assert_close, to_numpy
+
+from mlxnet.errors import MlxnetError
+from mlxnet.models import lama
+from mlxnet.weights import convert_state_dict, load_into, save_safetensors
+from mlxnet.weights.seeded import seeded_state_dict
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lama"
+FP32 = 10.0  # scale on testutil's float32 tolerance: 1e-4 relative to the largest magnitude
+
+
+@lru_cache(maxsize=1)
+def golden() -> tuple[dict, dict[str, np.ndarray]]:
+    meta = json.loads((FIXTURES / "lama_golden.json").read_text())
+    return meta, load_file(str(FIXTURES / "lama_golden.safetensors"))
+
+
+def nhwc(a: np.ndarray) -> np.ndarray:
+    return a.transpose(0, 2, 3, 1)
+
+
+@lru_cache(maxsize=2)
+def torch_state(name: str) -> dict[str, np.ndarray]:
+    """The golden's seeded weights, keyed as the reference generator's state dict."""
+    meta, _ = golden()
+    return seeded_state_dict([(k, tuple(s)) for k, s in meta["variants"][name]["shapes"]], meta["seed"])
+
+
+@lru_cache(maxsize=2)
+def converted(name: str) -> dict[str, mx.array]:
+    state = {f"generator.{k}": mx.array(v) for k, v in torch_state(name).items()}
+    return convert_state_dict(state, name)
+
+
+def build(name: str, dtype: mx.Dtype | None = None) -> lama.LaMa:
+    net = load_into(lama.LaMa(lama.CONFIGS[name]), converted(name))
+    if dtype is not None:
+        net.set_dtype(dtype)
+    return net
+
+
+def forward_with_taps(net: lama.LaMa, x: mx.array) -> dict[str, mx.array]:
+    """Run ``net.model`` layer by layer, keeping the tensors the golden script recorded."""
+    n = net.n_blocks
+    taps: dict[str, mx.array] = {}
+    h = x.astype(net.dtype)
+    for i, layer in enumerate(net.model):
+        if i == 5:  # the first block's FourierUnit input: its spectral transform's conv1
+            st = layer.conv1.ffc.convg2g
+            g = h[1]
+            for sub in st.conv1:
+                g = sub(g)
+            taps["block0_fu"] = st.fu(g)
+        h = layer(h)
+        if i in (4, 5):
+            name = "down3" if i == 4 else "block0"
+            taps[f"{name}.l"], taps[f"{name}.g"] = h
+        elif i == 5 + n:
+            taps["bottleneck"] = h
+        elif i == len(net.model) - 2:
+            taps["logits"] = h
+    taps["out"] = h
+    return taps
+
+
+def check_generator(name: str, dtype=mx.float32, batch: slice = slice(None)) -> None:
+    _, g = golden()
+    net = build(name, None if dtype == mx.float32 else dtype)
+    x = mx.array(nhwc(g["input_nchw"])[batch])
+    taps = forward_with_taps(net, x)
+    mx.eval(taps)
+    scale = FP32 if dtype == mx.float32 else 1.0
+    for key in ("logits", "out"):
+        assert_close(taps[key], nhwc(g[f"{name}.{key}"])[batch], dtype, scale)
+    if dtype == mx.float32 and name == "lama":  # intermediate tensors (first batch element)
+        for key in ("down3.l", "down3.g", "block0.l", "block0.g", "block0_fu", "bottleneck"):
+            assert_close(taps[key][:1], nhwc(g[f"lama.{key}"]), dtype, FP32)
+    if dtype != mx.float32:
+        out, ref = to_numpy(taps["out"]), nhwc(g[f"{name}.out"])[batch]
+        assert np.isfinite(out).all()
+        assert out.std() > 0.5 * ref.std(), "half-precision output is (nearly) constant"
+        assert np.corrcoef(out.ravel(), ref.ravel())[0, 1] > 0.98
+
+
+# --- generator vs reference ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["lama", "lama-fourier"])
+def test_generator_matches_reference_fp32(name):
+    check_generator(name)
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
+def test_half_precision_is_close_to_fp32_and_not_constant(dtype):
+    net = build("lama", dtype)
+    assert net.dtype == dtype
+    check_generator("lama", dtype, batch=slice(0, 1))
+
+
+def test_set_dtype_keeps_fourier_units_float32():
+    from mlx.utils import tree_flatten
+
+    net = lama.LaMa(n_blocks=2)
+    net.set_dtype(mx.float16)
+    params = dict(tree_flatten(net.parameters()))
+    fu = [k for k in params if ".fu." in k]
+    assert len(fu) == 2 * 2 * 5  # 2 blocks × 2 FFCs × (conv_layer + 4 BN tensors)
+    assert all(params[k].dtype == mx.float32 for k in fu)
+    assert all(v.dtype == mx.float16 for k, v in params.items() if ".fu." not in k)
+
+
+def test_fourier_unit_spectrum_stays_finite_where_float16_would_overflow():
+    # ortho-normalised DC term = mean · sqrt(H·W) = 300 · 256 > 65504 (float16's max)
+    fu = lama.FourierUnit(4)
+    fu.conv_layer.weight = mx.eye(8).reshape(8, 1, 1, 8) * 0.5
+    fu.bn.running_var = mx.ones((8,))
+    x = (300 + mx.random.normal((1, 256, 256, 4), key=mx.random.key(0))).astype(mx.float16)
+    ref = fu(x.astype(mx.float32))
+    half = fu(x)
+    assert half.dtype == mx.float16
+    assert float(mx.abs(mx.fft.rfft2(x, axes=(1, 2), norm="ortho")).max()) > 65504
+    assert bool(mx.isfinite(half).all())
+    assert_close(half, ref, mx.float16)
+
+
+# --- pre/post-processing (bin/predict.py) ------------------------------------------------------------
+
+def test_inpaint_pads_binarises_blends_and_crops_like_reference():
+    _, g = golden()
+    net = build("lama")
+    result = net.inpaint_float(g["pipeline.image_u8"], g["pipeline.mask_u8"])
+    assert result.shape == (60, 52, 3)
+    assert_close(result, g["pipeline.inpainted"], mx.float32, FP32)
+    u8 = net.inpaint(g["pipeline.image_u8"], g["pipeline.mask_u8"])
+    ref = g["pipeline.inpainted_u8"]
+    diff = np.abs(u8.astype(int) - ref)
+    # uint8 truncation: a 1-step difference only where the float result sits on a boundary
+    boundary = np.abs(g["pipeline.inpainted"] * 255 - np.round(g["pipeline.inpainted"] * 255)) < 1e-3
+    assert diff.max() <= 1 and not (diff & ~boundary).any()
+    keep = g["pipeline.mask_u8"] == 0
+    assert np.abs(u8[keep].astype(int) - g["pipeline.image_u8"][keep]).max() <= 1
+    assert (u8[~keep] != g["pipeline.image_u8"][~keep]).any()
+
+
+def test_bad_inputs_raise_one_line_errors():
+    net = lama.LaMa(n_blocks=1)
+    image = np.zeros((32, 40, 3), np.uint8)
+    cases = [
+        (lambda: net.inpaint(image, np.zeros((32, 41), np.uint8)), "mask is 41×32 but the image is 40×32"),
+        (lambda: net.inpaint(image[:8, :8], np.zeros((8, 8))), "too small"),
+        (lambda: net.inpaint(image[..., :2], np.zeros((32, 40))), "RGB image"),
+        (lambda: net(mx.zeros((1, 30, 40, 4))), "multiples of 8"),
+        (lambda: net(mx.zeros((1, 32, 40, 3))), "(N, H, W, 4)"),
+    ]
+    for call, text in cases:
+        with pytest.raises(MlxnetError) as e:
+            call()
+        assert text in str(e.value) and "\n" not in str(e.value)
+
+
+# --- weights -------------------------------------------------------------------------------------------
+
+def _lightning_checkpoint(path: Path, name: str, extra: dict | None = None) -> None:
+    import torch
+
+    state = {f"generator.{k}": torch.from_numpy(v) for k, v in torch_state(name).items()}
+    state["generator.model.1.bn_l.num_batches_tracked"] = torch.tensor(7)
+    state["discriminator.model0.0.weight"] = torch.zeros(64, 3, 4, 4)  # dropped: training only
+    state["loss_resnet_pl.impl.conv1.weight"] = torch.zeros(8, 3, 3, 3)
+    state["val_evaluator.scores.ssim.window"] = torch.zeros(1, 1, 11, 11)
+    state.update(extra or {})
+    torch.save({"epoch": 3, "global_step": 100, "pytorch-lightning_version": "1.2.9",
+                "state_dict": state, "hyper_parameters": {"generator": {"n_blocks": 9}}}, path)
+
+
+def test_lightning_checkpoint_loads_through_the_safe_reader(tmp_path):
+    _, g = golden()
+    ckpt = tmp_path / "best.ckpt"
+    _lightning_checkpoint(ckpt, "lama-fourier")
+    net = lama.LaMa.from_pretrained(ckpt, model="lama-fourier")
+    assert net.n_blocks == 9
+    assert_close(net(mx.array(nhwc(g["input_nchw"]))), nhwc(g["lama-fourier.out"]), mx.float32, FP32)
+    # a converted (mlxnet-format) safetensors file names its variant itself
+    out = tmp_path / "lama-fourier.safetensors"
+    save_safetensors(out, converted("lama-fourier"), metadata={"format": "mlxnet", "model": "lama-fourier",
+                                                               "fold_bn": "0"})
+    half = lama.LaMa.from_pretrained(out, dtype="float16")
+    assert half.n_blocks == 9 and half.dtype == mx.float16
+
+
+def test_unknown_and_missing_generator_keys_are_errors():
+    state = {f"generator.{k}": mx.array(v) for k, v in torch_state("lama-fourier").items()}
+    with pytest.raises(MlxnetError, match=r"unmapped key generator_ema\.model\.1"):
+        convert_state_dict(state | {"generator_ema.model.1.weight": mx.zeros((1,))}, "lama-fourier")
+    with pytest.raises(MlxnetError, match=r"unexpected key model\.99\.weight"):
+        convert_state_dict(state | {"generator.model.99.weight": mx.zeros((1,))}, "lama-fourier")
+    missing = {k: v for k, v in state.items() if "model.5.conv1.ffc.convg2g.fu" not in k}
+    with pytest.raises(MlxnetError, match=r"missing key model\.5\.conv1\.ffc\.convg2g\.fu\.conv_layer\.weight"):
+        convert_state_dict(missing, "lama-fourier")
+
+
+def test_spec_layouts_and_hub_id(monkeypatch):
+    spec = lama.weight_spec("lama")
+    assert lama.transposed_conv_indices(18) == [24, 27, 30]
+    assert spec.layout_of("model.24.weight", (512, 256, 3, 3)) == ("conv_transpose2d", 1)
+    assert spec.layout_of("model.34.weight", (3, 64, 7, 7)) == ("conv2d", 1)
+    assert spec.map_keys(["generator.model.34.bias", "model.34.weight", "discriminator.model4.0.bias"]) == {
+        "generator.model.34.bias": "model.34.bias", "model.34.weight": "model.34.weight"}
+    # the "lama" id downloads big-lama's checkpoint from the hub (intercepted here: no network)
+    import mlxnet.weights.hub as hub
+
+    asked = []
+
+    def fake_download(repo, filename, revision, spec_id):
+        asked.append((repo, filename, spec_id))
+        raise MlxnetError("offline")
+    monkeypatch.setattr(hub, "_download", fake_download)
+    with pytest.raises(MlxnetError, match="offline"):
+        lama.LaMa.from_pretrained("lama")
+    assert asked == [("lllyasviel/Annotators", "lama.ckpt", "lama")]
+
+
+# --- CLI -----------------------------------------------------------------------------------------------
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlxnet", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory):
+    from mlxnet.image import save_image
+
+    d = tmp_path_factory.mktemp("lama_cli")
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)
+    mask = np.zeros((40, 48), np.uint8)
+    mask[10:25, 12:30] = 255
+    save_image(image, d / "image.png")
+    save_image(mask, d / "mask.png")
+    save_image(np.kron(mask, np.ones((2, 2), np.uint8)), d / "mask_2x.png")
+    save_safetensors(d / "w.safetensors", converted("lama-fourier"),
+                     metadata={"format": "mlxnet", "model": "lama-fourier", "fold_bn": "0"})
+    return d, image, mask
+
+
+def test_cli_inpaints_with_resized_mask_and_json(cli_files):
+    d, image, mask = cli_files
+    out = run_cli("inpaint", str(d / "image.png"), str(d / "mask_2x.png"), "-o", str(d / "out.png"),
+                  "--weights", str(d / "w.safetensors"), "--dtype", "float16", "--resize-mask", "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert (info["width"], info["height"], info["filled_pixels"], info["dtype"]) == (48, 40, 15 * 18, "float16")
+    from mlxnet.image import load_image
+
+    result = load_image(d / "out.png")
+    assert result.shape == image.shape
+    keep = mask == 0
+    assert np.abs(result[keep].astype(int) - image[keep]).max() <= 1
+    assert np.abs(result[~keep].astype(int) - image[~keep]).mean() > 10
+
+
+def test_cli_errors_are_one_line(cli_files, tmp_path):
+    d, _, _ = cli_files
+    base = [str(d / "image.png"), str(d / "mask_2x.png"), "-o", str(tmp_path / "o.png"),
+            "--weights", str(d / "w.safetensors")]
+    out = run_cli("inpaint", *base)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"error: mask {d / 'mask_2x.png'} is 96×80 but image {d / 'image.png'} is 48×40; "
+        "pass --resize-mask to resize it"]
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    out = run_cli("inpaint", str(tmp_path / "bad.png"), *base[1:])
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+    assert "not a readable image" in out.stderr
+    other = tmp_path / "resnet.safetensors"  # weights converted for another model
+    save_safetensors(other, {"fc.bias": mx.zeros((10,))}, metadata={"format": "mlxnet", "model": "resnet18"})
+    out = run_cli("inpaint", str(d / "image.png"), str(d / "mask.png"), "-o", str(tmp_path / "o.png"),
+                  "--weights", str(other))
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+    assert "resnet18" in out.stderr
+    out = run_cli("inpaint", "--help")
+    assert out.returncode == 0 and "--resize-mask" in out.stdout
+
+
+# --- the same goldens on the GPU, kernels on ------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["lama", "lama-fourier"])
+def test_gpu_generator_matches_reference_fp32(gpu, name):
+    assert mlxnet.kernels_enabled()
+    check_generator(name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
+def test_gpu_half_precision(gpu, dtype):
+    check_generator("lama", dtype, batch=slice(0, 1))
+
+
+@pytest.mark.gpu
+def test_gpu_inpaint_pipeline(gpu):
+    _, g = golden()
+    result = build("lama").inpaint_float(g["pipeline.image_u8"], g["pipeline.mask_u8"])
+    assert_close(result, g["pipeline.inpainted"], mx.float32, FP32)
