@@ -151,7 +151,7 @@ def gpu_tables(reps: int, dtypes: list[mx.Dtype], inner: int = 10) -> list[str]:
     bwd = ["| shape | dtype | " + " | ".join(f"vjp {m}" for m in vjps) + " | dispatch vjp (choice) |"
            " MLX built-in fwd+bwd | mlxnet fwd+bwd | PyTorch fwd+bwd |", "|---" * (len(vjps) + 6) + "|"]
 
-    def mlx_time(fn):
+    def mlx_time(fn, inner=inner):
         return timeit(lambda: mx.eval([fn() for _ in range(inner)]), "gpu", reps) / inner
 
     def torch_time(fn):
@@ -177,21 +177,23 @@ def gpu_tables(reps: int, dtypes: list[mx.Dtype], inner: int = 10) -> list[str]:
             dy = mx.random.normal(y.shape).astype(dtype)
             dy2 = dy[:, None] if case.nd == 1 else dy
             mx.eval(dy)
-            t_v = [mlx_time(lambda: gpu.vjp_nhwc(x2, w2, b, plan, dy2, method=m)) for m in vjps]
+            # Backward timings queue fewer calls: some methods allocate large temporaries.
+            t_v = [mlx_time(lambda: gpu.vjp_nhwc(x2, w2, b, plan, dy2, method=m), 2) for m in vjps]
 
             def grad_of(fn):
                 return mx.grad(lambda x_, w_, b_: (fn(x_, w_, b_) * dy).sum(), argnums=(0, 1, 2))
 
             g_builtin = grad_of(lambda x_, w_, b_: _mlx_builtin(case, x_, w_, b_))
             g_ours = grad_of(lambda x_, w_, b_: op(x_, w_, b_, **case.params))
-            t_bb = mlx_time(lambda: g_builtin(x, w, b))
-            t_ob = mlx_time(lambda: g_ours(x, w, b))
+            t_bb = mlx_time(lambda: g_builtin(x, w, b), 2)
+            t_ob = mlx_time(lambda: g_ours(x, w, b), 2)
             leaves = [t.clone().requires_grad_() for t in (xt, wt, bt)]
             dyt = torch.randn(_torch_fn(case)(xt, wt, bt, **case.params).shape, device=tdev, dtype=xt.dtype)
             t_tb = torch_time(lambda: _torch_fn(case)(*leaves, **case.params).backward(dyt))
             bwd.append(f"| {case.label()} | {dn} | " + " | ".join(f"{t:.3f}" for t in t_v)
                        + f" | ({gpu.vjp_method(plan)}) | {t_bb:.3f} | {t_ob:.3f} | {t_tb:.3f} |")
             print(bwd[-1], flush=True)
+            mx.clear_cache()
     return fwd + [""] + bwd
 
 
