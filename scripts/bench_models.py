@@ -129,9 +129,62 @@ def _torch_resnet(name: str):
     return tnn.Sequential(*layers)
 
 
+def yolo_entry(scale: str, size: int = 640) -> Callable[[str], Bench]:
+    """YOLOv8 network forward (BN folded, as both predictors run it) on one 640x640 image, vs
+    ultralytics' DetectionModel where the ultralytics package imports (it needs torchvision)."""
+    def build(device: str) -> Bench:
+        from mlxnet.models import yolo
+
+        net = yolo.YOLOv8(scale).fuse()
+        x = mx.random.uniform(shape=(1, size, size, 3))
+        mx.eval(net.parameters(), x)
+        run_mlx = lambda: mx.eval(net(x))  # noqa: E731
+        try:
+            import torch
+            from ultralytics.nn.tasks import DetectionModel
+
+            dev = torch_device(device)
+            tmodel = DetectionModel(f"yolov8{scale}.yaml", verbose=False).eval().fuse(verbose=False).to(dev)
+            tx = torch.rand(1, 3, size, size, device=dev)
+
+            def run_torch():
+                with torch.no_grad():
+                    tmodel(tx)
+            return run_mlx, run_torch, "ultralytics DetectionModel (fused)"
+        except ImportError:
+            return run_mlx, None, "ultralytics not importable here"
+    return build
+
+
+def yolo_nms_entry(candidates: int) -> Callable[[str], Bench]:
+    """Postprocess (threshold + class-aware NMS, max_det 300) of one 640x640 head output (8400
+    anchors) with about ``candidates`` boxes over the threshold, vs ultralytics' NMS."""
+    def build(device: str) -> Bench:
+        from mlxnet.models import yolo
+        from mlxnet.models.yolo_process import postprocess
+
+        pred = yolo.seeded("n")(mx.random.uniform(shape=(1, 640, 640, 3), key=mx.random.key(1)))[0]
+        best = np.sort(np.array(pred[:, 4:].max(axis=-1)))[::-1]
+        conf = float(best[min(candidates, len(best) - 1)])
+        mx.eval(pred)
+        run_mlx = lambda: postprocess(pred, conf=conf, iou=0.7)  # noqa: E731
+        note = f"{len(postprocess(pred, conf=conf, iou=0.7))} kept of {candidates} candidates"
+        try:
+            import torch
+            from ultralytics.utils.nms import non_max_suppression
+
+            tpred = torch.from_numpy(np.array(pred).T[None].copy()).to(torch_device(device))
+            return run_mlx, lambda: non_max_suppression(tpred, conf, 0.7), note + "; vs ultralytics NMS"
+        except ImportError:
+            return run_mlx, None, note
+    return build
+
+
 ENTRIES: dict[str, Callable[[str], Bench]] = {
     "resnet18": resnet_entry("resnet18"),
     "resnet50": resnet_entry("resnet50"),
+    **{f"yolov8{s}": yolo_entry(s) for s in "nsmlx"},
+    "yolov8-nms-300": yolo_nms_entry(300), "yolov8-nms-8400": yolo_nms_entry(8399),
 }
 
 

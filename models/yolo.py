@@ -1,0 +1,407 @@
+"""Ultralytics YOLOv8 detection (n/s/m/l/x), NHWC, with ultralytics' pre/post-processing.
+
+Architecture (ultralytics/cfg/models/v8/yolov8.yaml): a CSP backbone of Conv(BN+SiLU) and C2f
+blocks ending in SPPF, a PAN neck (nearest x2 upsampling + concatenation, then strided convs
+back down), and a decoupled anchor-free Detect head on strides 8/16/32 whose box branch
+predicts a 16-bin distribution per side, decoded by DFL (softmax expectation).
+
+Parameters live in one list ``model`` indexed like the yaml's rows, so the official
+checkpoint keys (``model.2.m.0.cv1.conv.weight``, ``model.22.dfl.conv.weight``...) are ours.
+
+    det = YOLO.from_pretrained("yolov8n")
+    result = det.predict("bus.jpg")          # Detections: boxes (xyxy, pixels), scores, classes
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from mlxnet import ops
+from mlxnet.errors import MlxnetError
+from mlxnet.image import load_image
+from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
+
+from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
+
+# [depth, width, max_channels] per scale, from yolov8.yaml.
+SCALES: dict[str, tuple[float, float, int]] = {
+    "n": (0.33, 0.25, 1024),
+    "s": (0.33, 0.50, 1024),
+    "m": (0.67, 0.75, 768),
+    "l": (1.00, 1.00, 512),
+    "x": (1.00, 1.25, 512),
+}
+STRIDES = (8, 16, 32)
+BN_EPS = 1e-3  # ultralytics' initialize_weights sets every BatchNorm2d's eps to 1e-3
+REG_MAX = 16  # DFL bins per box side
+
+
+class Conv(nn.Module):
+    """Conv2d (no bias, 'same' padding) + BatchNorm + SiLU; ``fold_bn`` keeps a biased conv only."""
+
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, act: bool = True, fold_bn: bool = False) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c1, c2, k, s, padding=k // 2, bias=fold_bn)
+        if not fold_bn:
+            self.bn = nn.BatchNorm(c2, eps=BN_EPS)
+        self.act = act
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = self.conv(x)
+        if "bn" in self:
+            x = self.bn(x)
+        return nn.silu(x) if self.act else x
+
+    def fuse(self) -> None:
+        """Fold the BatchNorm into the conv in place, with torch's fuse_conv_bn_weights arithmetic
+        (what ultralytics' predictor does), so fused outputs match ultralytics' fused model."""
+        if "bn" not in self:
+            return
+        bn = self.bn
+        dtype = self.conv.weight.dtype
+        g, b, mean, var = (np.asarray(a.astype(mx.float32)) for a in
+                           (bn.weight, bn.bias, bn.running_mean, bn.running_var))
+        inv_std = np.float32(1.0) / np.sqrt(var + np.float32(bn.eps))
+        w = np.asarray(self.conv.weight.astype(mx.float32)) * (g * inv_std)[:, None, None, None]
+        c2, k, _, c1 = self.conv.weight.shape
+        conv = nn.Conv2d(c1, c2, k, self.conv.stride, self.conv.padding, bias=True)
+        conv.weight = mx.array(w).astype(dtype)
+        conv.bias = mx.array((np.float32(0) - mean) * inv_std * g + b).astype(dtype)
+        self.conv = conv
+        del self["bn"]
+
+
+class Bottleneck(nn.Module):
+    """Two 3x3 Convs, with a residual connection when ``shortcut`` (and shapes agree)."""
+
+    def __init__(self, c1: int, c2: int, shortcut: bool = True, fold_bn: bool = False) -> None:
+        super().__init__()
+        self.cv1 = Conv(c1, c2, 3, fold_bn=fold_bn)
+        self.cv2 = Conv(c2, c2, 3, fold_bn=fold_bn)
+        self.add = shortcut and c1 == c2
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C2f(nn.Module):
+    """CSP bottleneck, 'faster' variant: split cv1's output in two, chain n bottlenecks on the
+    second half, and fuse every intermediate (2 + n halves) with a 1x1 conv."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False, fold_bn: bool = False) -> None:
+        super().__init__()
+        self.c = c2 // 2
+        self.cv1 = Conv(c1, 2 * self.c, 1, fold_bn=fold_bn)
+        self.cv2 = Conv((2 + n) * self.c, c2, 1, fold_bn=fold_bn)
+        self.m = [Bottleneck(self.c, self.c, shortcut, fold_bn=fold_bn) for _ in range(n)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = list(mx.split(self.cv1(x), 2, axis=-1))
+        for block in self.m:
+            y.append(block(y[-1]))
+        return self.cv2(mx.concatenate(y, axis=-1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: 5x5 max pools chained three times (one fused op here)."""
+
+    def __init__(self, c1: int, c2: int, fold_bn: bool = False) -> None:
+        super().__init__()
+        c_ = c1 // 2
+        self.cv1 = Conv(c1, c_, 1, fold_bn=fold_bn)  # SiLU: YOLOv8 predates YOLO26's unactivated cv1
+        self.cv2 = Conv(4 * c_, c2, 1, fold_bn=fold_bn)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = self.cv1(x)
+        return self.cv2(mx.concatenate([x, *ops.sppf_pool(x)], axis=-1))
+
+
+class Upsample(nn.Module):
+    """Nearest-neighbour x2 (NHWC)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        n, h, w, c = x.shape
+        return mx.broadcast_to(x[:, :, None, :, None, :], (n, h, 2, w, 2, c)).reshape(n, 2 * h, 2 * w, c)
+
+
+class Concat(nn.Module):
+    """Channel concatenation (NHWC's last axis)."""
+
+    def __call__(self, xs: Sequence[mx.array]) -> mx.array:
+        return mx.concatenate(list(xs), axis=-1)
+
+
+class DFL(nn.Module):
+    """Distribution focal loss decoding: softmax over 16 bins, expectation with the (loaded,
+    normally 0..15) weights of a fixed 1x1 conv."""
+
+    def __init__(self, bins: int = REG_MAX) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(bins, 1, 1, bias=False)
+        self.conv.weight = mx.arange(bins, dtype=mx.float32).reshape(1, 1, 1, bins)
+        self.bins = bins
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """(N, A, 4 * bins) -> (N, A, 4) distances (left, top, right, bottom) in stride units."""
+        n, a, _ = x.shape
+        p = mx.softmax(x.reshape(n, a, 4, self.bins).astype(mx.float32), axis=-1)
+        return p @ self.conv.weight.reshape(self.bins).astype(mx.float32)
+
+
+class Detect(nn.Module):
+    """Decoupled head: per level a box branch (cv2, 4 x 16 DFL logits) and a class branch (cv3).
+
+    Returns (N, A, 4 + nc) in float32: xywh boxes in input pixels, then class probabilities,
+    anchors ordered level by level, row-major within a level (ultralytics' (N, 4 + nc, A),
+    transposed to NLC).
+    """
+
+    def __init__(self, nc: int, ch: Sequence[int], fold_bn: bool = False) -> None:
+        super().__init__()
+        self.nc = nc
+        c2, c3 = max(16, ch[0] // 4, REG_MAX * 4), max(ch[0], min(nc, 100))
+        self.cv2 = [[Conv(x, c2, 3, fold_bn=fold_bn), Conv(c2, c2, 3, fold_bn=fold_bn), nn.Conv2d(c2, 4 * REG_MAX, 1)]
+                    for x in ch]
+        self.cv3 = [[Conv(x, c3, 3, fold_bn=fold_bn), Conv(c3, c3, 3, fold_bn=fold_bn), nn.Conv2d(c3, nc, 1)]
+                    for x in ch]
+        self.dfl = DFL(REG_MAX)
+
+    def __call__(self, feats: Sequence[mx.array]) -> mx.array:
+        boxes, scores = [], []
+        for x, box_branch, cls_branch in zip(feats, self.cv2, self.cv3):
+            n, h, w, _ = x.shape
+            b, s = x, x
+            for layer in box_branch:
+                b = layer(b)
+            for layer in cls_branch:
+                s = layer(s)
+            boxes.append(b.reshape(n, h * w, -1))
+            scores.append(s.reshape(n, h * w, -1))
+        dist = self.dfl(mx.concatenate(boxes, axis=1))
+        anchors, strides = _anchors(tuple(f.shape[1:3] for f in feats))
+        x1y1 = anchors - dist[..., :2]
+        x2y2 = anchors + dist[..., 2:]
+        xywh = mx.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * strides
+        return mx.concatenate([xywh, mx.sigmoid(mx.concatenate(scores, axis=1).astype(mx.float32))], axis=-1)
+
+
+def _anchors(shapes: tuple[tuple[int, int], ...]) -> tuple[mx.array, mx.array]:
+    """Cell centres (A, 2) in grid units and each anchor's stride (A, 1), ultralytics' make_anchors."""
+    points, strides = [], []
+    for (h, w), stride in zip(shapes, STRIDES):
+        sy, sx = np.meshgrid(np.arange(h, dtype=np.float32) + 0.5, np.arange(w, dtype=np.float32) + 0.5,
+                             indexing="ij")
+        points.append(np.stack([sx, sy], -1).reshape(-1, 2))
+        strides.append(np.full((h * w, 1), stride, np.float32))
+    return mx.array(np.concatenate(points)), mx.array(np.concatenate(strides))
+
+
+def _make_divisible(x: float, divisor: int = 8) -> int:
+    return math.ceil(x / divisor) * divisor
+
+
+class YOLOv8(nn.Module):
+    """The detection network. Input (N, H, W, 3) RGB in [0, 1], H and W multiples of 32."""
+
+    def __init__(self, scale: str = "n", nc: int = 80, fold_bn: bool = False) -> None:
+        super().__init__()
+        if scale not in SCALES:
+            raise MlxnetError(f"unknown YOLOv8 scale {scale!r}: expected one of {', '.join(SCALES)}")
+        depth, width, max_channels = SCALES[scale]
+        self.scale, self.nc = scale, nc
+        c1, c2, c3, c4, c5 = (_make_divisible(min(c, max_channels) * width) for c in (64, 128, 256, 512, 1024))
+        n3, n6 = (max(round(n * depth), 1) for n in (3, 6))
+        f = fold_bn
+        self.model = [
+            Conv(3, c1, 3, 2, fold_bn=f),        # 0  P1/2
+            Conv(c1, c2, 3, 2, fold_bn=f),       # 1  P2/4
+            C2f(c2, c2, n3, True, fold_bn=f),    # 2
+            Conv(c2, c3, 3, 2, fold_bn=f),       # 3  P3/8
+            C2f(c3, c3, n6, True, fold_bn=f),    # 4
+            Conv(c3, c4, 3, 2, fold_bn=f),       # 5  P4/16
+            C2f(c4, c4, n6, True, fold_bn=f),    # 6
+            Conv(c4, c5, 3, 2, fold_bn=f),       # 7  P5/32
+            C2f(c5, c5, n3, True, fold_bn=f),    # 8
+            SPPF(c5, c5, fold_bn=f),             # 9
+            Upsample(),                          # 10
+            Concat(),                            # 11 cat backbone P4
+            C2f(c5 + c4, c4, n3, fold_bn=f),     # 12
+            Upsample(),                          # 13
+            Concat(),                            # 14 cat backbone P3
+            C2f(c4 + c3, c3, n3, fold_bn=f),     # 15 (P3/8-small)
+            Conv(c3, c3, 3, 2, fold_bn=f),       # 16
+            Concat(),                            # 17 cat head P4
+            C2f(c3 + c4, c4, n3, fold_bn=f),     # 18 (P4/16-medium)
+            Conv(c4, c4, 3, 2, fold_bn=f),       # 19
+            Concat(),                            # 20 cat head P5
+            C2f(c4 + c5, c5, n3, fold_bn=f),     # 21 (P5/32-large)
+            Detect(nc, (c3, c4, c5), fold_bn=f),  # 22 Detect(P3, P4, P5)
+        ]
+        self.eval()
+
+    def features(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The neck's outputs at strides 8, 16, 32 (layers 15, 18, 21)."""
+        if x.ndim != 4 or x.shape[-1] != 3 or x.shape[1] % 32 or x.shape[2] % 32:
+            raise MlxnetError(f"YOLOv8 expects (N, H, W, 3) with H and W multiples of 32, got shape {x.shape}")
+        m = self.model
+        for i in range(4):
+            x = m[i](x)
+        p3 = m[4](x)
+        p4 = m[6](m[5](p3))
+        p5 = m[9](m[8](m[7](p4)))
+        h12 = m[12](m[11]([m[10](p5), p4]))
+        out3 = m[15](m[14]([m[13](h12), p3]))
+        out4 = m[18](m[17]([m[16](out3), h12]))
+        out5 = m[21](m[20]([m[19](out4), p5]))
+        return out3, out4, out5
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS."""
+        return self.model[22](self.features(x))
+
+    def fuse(self) -> "YOLOv8":
+        """Fold every BatchNorm into its conv (inference only; ultralytics' predictor does the same)."""
+        for _, module in self.named_modules():
+            if isinstance(module, Conv):
+                module.fuse()
+        return self
+
+
+def yolov8(scale: str = "n", nc: int = 80, fold_bn: bool = False) -> YOLOv8:
+    return YOLOv8(scale, nc, fold_bn)
+
+
+def yolov8n(nc: int = 80) -> YOLOv8:
+    return YOLOv8("n", nc)
+
+
+def yolov8s(nc: int = 80) -> YOLOv8:
+    return YOLOv8("s", nc)
+
+
+def yolov8m(nc: int = 80) -> YOLOv8:
+    return YOLOv8("m", nc)
+
+
+def yolov8l(nc: int = 80) -> YOLOv8:
+    return YOLOv8("l", nc)
+
+
+def yolov8x(nc: int = 80) -> YOLOv8:
+    return YOLOv8("x", nc)
+
+
+# --- Weights -----------------------------------------------------------------------------------
+# The official checkpoints are pickled ultralytics DetectionModel objects (fp16) under "model";
+# the safe reader flattens the module tree into the usual state dict, whose keys are ours.
+MODELS = tuple(f"yolov8{s}" for s in SCALES)
+for _s in SCALES:
+    register_spec(WeightSpec(
+        id=f"yolov8{_s}", repo="Ultralytics/YOLOv8", filename=f"yolov8{_s}.pt", checkpoint_key="model",
+        keys=[(r"(model\.\d+\..*)", r"\1")],
+        drop=[r".*\.num_batches_tracked"],
+        layouts=lambda key, shape: "conv2d" if len(shape) == 4 else None,
+        fold_bn=[FoldBN(r"(.*(?<!\.dfl))\.conv", r"\1.bn", eps=BN_EPS)],
+        build=lambda fold_bn=False, _s=_s: YOLOv8(_s, fold_bn=fold_bn),
+    ))
+
+
+def seeded_torch_state(scale: str, seed: int, bn_gain: float = 1.0, head_gain: float = 20.0) -> dict[str, np.ndarray]:
+    """Deterministic random weights in the official checkpoint's keys and PyTorch layouts, exactly
+    as scripts/golden_yolo.py gives ultralytics: mlxnet.weights.seeded's tensors, the DFL at its
+    fixed 0..15 ramp, BatchNorm scales x ``bn_gain`` and the head's two output convs x ``head_gain``.
+
+    With plain seeded tensors the features shrink layer by layer and every score sits within
+    1e-6 of 0.5, so NMS order would hinge on rounding; the gains spread scores and box sizes.
+    """
+    from mlx.utils import tree_flatten
+
+    from mlxnet.weights.seeded import seeded_state_dict
+
+    shapes = [(k, (v.shape[0], v.shape[3], v.shape[1], v.shape[2]) if v.ndim == 4 else v.shape)
+              for k, v in tree_flatten(YOLOv8(scale).parameters())]
+    state = seeded_state_dict(shapes, seed)
+    state["model.22.dfl.conv.weight"] = np.arange(REG_MAX, dtype=np.float32).reshape(1, REG_MAX, 1, 1)
+    for k in state:
+        if k.endswith(".bn.weight"):
+            state[k] = state[k] * np.float32(bn_gain)
+        elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
+            state[k] = state[k] * np.float32(head_gain)
+    return state
+
+
+def seeded(scale: str = "n", seed: int = 1234, bn_gain: float = 1.0, head_gain: float = 20.0) -> YOLOv8:
+    """A YOLOv8 with :func:`seeded_torch_state` weights, converted by its WeightSpec."""
+    from mlxnet.weights import convert_state_dict, load_into
+
+    state = {k: mx.array(v) for k, v in seeded_torch_state(scale, seed, bn_gain, head_gain).items()}
+    return load_into(YOLOv8(scale), convert_state_dict(state, f"yolov8{scale}"))
+
+
+def _model_of(weights: str) -> str:
+    if weights in MODELS:
+        return weights
+    path = resolve_weights(weights)
+    meta = read_safetensors_header(path)[1] if str(path).endswith(".safetensors") else {}
+    if meta.get("model") in MODELS:
+        return meta["model"]
+    raise MlxnetError(f"{weights}: cannot tell which YOLOv8 these weights are for; pass model= "
+                      f"(one of {', '.join(MODELS)})")
+
+
+ImageLike = str | os.PathLike | np.ndarray
+
+
+class YOLO:
+    """A YOLOv8 detector with ultralytics' predictor pipeline around the network.
+
+    ``predict`` letterboxes (stride-32 minimum rectangle, grey 114), runs the network, keeps
+    boxes above ``conf``, applies class-aware NMS (``iou``, ``max_det``) and maps the boxes back
+    onto the original image.
+    """
+
+    def __init__(self, net: YOLOv8, names: Sequence[str] | None = None) -> None:
+        self.net = net
+        self.names = tuple(names) if names is not None else coco80_names()[: net.nc]
+        if len(self.names) != net.nc:
+            raise MlxnetError(f"{len(self.names)} class names for a {net.nc}-class model")
+
+    @classmethod
+    def from_pretrained(cls, weights: str = "yolov8n", *, model: str | None = None, dtype: str | None = "float32",
+                        fuse: bool = True) -> "YOLO":
+        """Weights by id ("yolov8n": the official checkpoint from the hub) or by file path
+        (ultralytics .pt, or safetensors from ``mlxnet convert``); ``model`` names the scale
+        for files that do not say. Float weights are cast to ``dtype`` (ultralytics' files are fp16)."""
+        name = model or _model_of(str(weights))
+        if name not in MODELS:
+            raise MlxnetError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
+        net = YOLOv8(name[-1])
+        load_pretrained(net, name, None if str(weights) == name else weights, dtype=dtype)
+        return cls(net.fuse() if fuse else net)
+
+    def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
+                imgsz: int = 640, max_det: int = 300, agnostic: bool = False) -> Detections | list[Detections]:
+        """Detections for one image (path or uint8 HWC RGB array), or a list for a list."""
+        single = isinstance(images, (str, os.PathLike, np.ndarray))
+        results = [self._predict_one(im, conf, iou, imgsz, max_det, agnostic)
+                   for im in ([images] if single else images)]
+        return results[0] if single else results
+
+    def _predict_one(self, image: ImageLike, conf: float, iou: float, imgsz: int, max_det: int,
+                     agnostic: bool) -> Detections:
+        img = load_image(image) if not isinstance(image, np.ndarray) else image
+        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+            raise MlxnetError(f"expected a uint8 (H, W, 3) RGB image, got {img.dtype} {img.shape}")
+        boxed = letterbox(img, imgsz)
+        dtype = self.net.model[0].conv.weight.dtype
+        pred = self.net(mx.array(boxed[None]).astype(dtype) / 255)
+        det = postprocess(pred[0], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic)
+        boxes = scale_boxes(boxed.shape[:2], det[:, :4], img.shape[:2])
+        return Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)

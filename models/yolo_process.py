@@ -1,0 +1,106 @@
+"""YOLOv8 pre/post-processing, as ultralytics' DetectionPredictor does it.
+
+letterbox:   LetterBox(imgsz, auto=True, stride=32): scale the long side to imgsz (aspect kept),
+             pad to the smallest stride-32 rectangle with grey 114, centred.
+postprocess: non_max_suppression: keep anchors whose best class score > conf, xywh -> xyxy,
+             class-aware NMS (IoU > iou suppresses, at most max_det, max_nms candidates).
+scale_boxes: undo the letterbox (padding, then gain) and clip to the original image.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import mlx.core as mx
+import numpy as np
+
+from mlxnet import ops
+from mlxnet.errors import MlxnetError
+from mlxnet.image import resize_bilinear
+
+STRIDE = 32
+PAD_VALUE = 114
+MAX_NMS = 30000  # ultralytics: at most this many candidates enter NMS (highest scores)
+MAX_WH = 7680  # ultralytics: per-class coordinate offset for class-aware NMS
+
+
+@lru_cache(maxsize=1)
+def coco80_names() -> tuple[str, ...]:
+    text = resources.files("mlxnet").joinpath("data/coco80.txt").read_text()
+    return tuple(line for line in text.splitlines() if line)
+
+
+def letterbox(image: np.ndarray, imgsz: int = 640) -> np.ndarray:
+    """uint8 HWC -> uint8 (H', W', C) with H', W' multiples of 32 and max(H', W') <= imgsz."""
+    if imgsz < STRIDE or imgsz % STRIDE:
+        raise MlxnetError(f"imgsz must be a positive multiple of {STRIDE}, got {imgsz}")
+    h, w = image.shape[:2]
+    r = min(imgsz / h, imgsz / w)
+    new_w, new_h = max(round(w * r), 1), max(round(h * r), 1)
+    dw, dh = (imgsz - new_w) % STRIDE / 2, (imgsz - new_h) % STRIDE / 2
+    top, bottom = round(dh - 0.1), round(dh + 0.1)
+    left, right = round(dw - 0.1), round(dw + 0.1)
+    resized = image if (new_w, new_h) == (w, h) else resize_bilinear(image, (new_w, new_h))
+    out = np.full((new_h + top + bottom, new_w + left + right, image.shape[2]), PAD_VALUE, np.uint8)
+    out[top:top + new_h, left:left + new_w] = resized
+    return out
+
+
+def xywh2xyxy(b: np.ndarray) -> np.ndarray:
+    half = b[:, 2:4] / 2
+    return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
+
+
+def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
+                agnostic: bool = False, max_nms: int = MAX_NMS) -> np.ndarray:
+    """One image's (A, 4 + nc) head output -> (K, 6) float32 [x1, y1, x2, y2, score, class],
+    highest score first, in the network input's pixels."""
+    if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0:
+        raise MlxnetError(f"conf and iou must be in [0, 1], got conf={conf}, iou={iou}")
+    pred = pred.astype(mx.float32)
+    best = np.array(pred[:, 4:].max(axis=-1))
+    cand = np.nonzero(best > conf)[0]
+    if cand.size > max_nms:
+        cand = cand[np.argsort(-best[cand], kind="stable")[:max_nms]]
+    if cand.size == 0:
+        return np.zeros((0, 6), np.float32)
+    rows = np.array(pred[mx.array(cand.astype(np.int32))])  # only the candidates leave the device
+    boxes, score, cls = xywh2xyxy(rows[:, :4]), best[cand], rows[:, 4:].argmax(axis=1)
+    keep = np.array(ops.nms(mx.array(boxes), mx.array(score), None if agnostic else mx.array(cls.astype(np.int32)),
+                            iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
+    return np.concatenate([boxes[keep], score[keep, None], cls[keep, None].astype(np.float32)], axis=1)
+
+
+def scale_boxes(input_hw: tuple[int, int], boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
+    """xyxy boxes on the letterboxed input -> on the original image (clipped to it)."""
+    (h1, w1), (h0, w0) = input_hw, image_hw
+    gain = min(h1 / h0, w1 / w0)
+    new_h, new_w = max(round(h0 * gain), 1), max(round(w0 * gain), 1)
+    pad_x, pad_y = round((w1 - new_w) / 2 - 0.1), round((h1 - new_h) / 2 - 0.1)
+    out = boxes.astype(np.float32, copy=True)
+    out[:, [0, 2]] = np.clip((out[:, [0, 2]] - pad_x) / (new_w / w0), 0, w0)
+    out[:, [1, 3]] = np.clip((out[:, [1, 3]] - pad_y) / (new_h / h0), 0, h0)
+    return out
+
+
+@dataclass
+class Detections:
+    """One image's detections: boxes (K, 4) xyxy in image pixels, scores (K,), classes (K,)."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    classes: np.ndarray
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    @property
+    def labels(self) -> list[str]:
+        return [self.names[c] for c in self.classes]
+
+    def to_list(self) -> list[dict]:
+        """JSON-ready rows: box [x1, y1, x2, y2], score, class id, class name."""
+        return [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 4), "class": int(c),
+                 "name": self.names[c]} for box, s, c in zip(self.boxes, self.scores, self.classes)]
