@@ -27,6 +27,7 @@ MAX2D = [
     ((3, 5, 7, 1), 5, 1, 2, 1, False),
     ((1, 1, 9, 6), (1, 3), (1, 2), 0, 1, True),
     ((1, 7, 7, 8), 7, 7, 0, 1, True),
+    ((2, 9, 11, 6), (3, 2), (2, 1), 1, (1, 2), True),  # batch > 1, dilated columns
 ]
 # (shape NHWC, kernel_size, stride, padding, ceil_mode, count_include_pad)
 AVG2D = [

@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import pool_kernels as K
-from .pool_common import adaptive_bounds, adaptive_sizes, adaptive_table, check_input, \
+from .pool_common import adaptive_bounds, adaptive_sizes, adaptive_windows, check_input, \
     window_max, window_sum
 from .registry import register
 
@@ -54,7 +54,7 @@ def adaptive_avg_pool2d(x: mx.array, output_size: OutputSize) -> mx.array:
         return blocks.mean(axis=(2, 4)).astype(x.dtype)
     (hs, he), (ws, we) = adaptive_bounds(h, oh), adaptive_bounds(w, ow)
     divisor = np.outer(he - hs, we - ws).astype(np.float32)[:, :, None]
-    total = window_sum(x, adaptive_table(h, oh), adaptive_table(w, ow))
+    total = window_sum(x, adaptive_windows(h, oh), adaptive_windows(w, ow))
     return (total / mx.array(divisor)).astype(x.dtype)
 
 
@@ -85,5 +85,5 @@ def adaptive_max_pool2d(x: mx.array, output_size: OutputSize,
                         return_indices: bool = False) -> mx.array | tuple[mx.array, mx.array]:
     """Adaptive max pooling of NHWC x to (oh, ow); indices are int32 h*W+w per plane."""
     oh, ow = _sizes(x, output_size, "adaptive_max_pool2d")
-    return window_max(x, adaptive_table(x.shape[1], oh), adaptive_table(x.shape[2], ow),
+    return window_max(x, adaptive_windows(x.shape[1], oh), adaptive_windows(x.shape[2], ow),
                       return_indices)

@@ -1,14 +1,17 @@
 """Shared pooling machinery: PyTorch's window geometry and the MLX-composed reductions.
 
 Every pooling reference (fixed or adaptive windows, 1d or 2d) reduces the same way: each
-spatial axis gets an index table ``(out, k)`` of input positions and a validity mask (padding,
-ceil-mode overhang and ragged adaptive windows are just invalid slots). Rows then columns are
-gathered with ``mx.take`` (vectorised, differentiable), and the window is reduced. Max pooling
-takes the *first* maximum in (kh, kw) scan order via argmax, as PyTorch does, so the gradient
-goes to exactly one input (MLX's own ``max`` splits it between ties).
+spatial axis has a table ``(out, k)`` of input positions and a validity mask (padding,
+ceil-mode overhang and ragged adaptive windows are just invalid slots). Windows are reduced
+separably, rows then columns, one window slot at a time over strided slices of the padded
+input (fixed windows) or gathers (adaptive ones): vectorised over pixels, differentiable,
+and fast on the CPU. Max pooling picks
+the *first* maximum in (kh, kw) scan order, as PyTorch does, so the gradient goes to exactly
+one input (MLX's own ``max`` splits it between ties).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -88,11 +91,21 @@ def fixed_axis(size: int, kernel: int, stride: int | None, padding: int, dilatio
     return Axis(size, kernel, stride, padding, dilation, out)
 
 
-def fixed_table(a: Axis) -> tuple[np.ndarray, np.ndarray]:
-    """(out, kernel) input positions of each window slot and whether the slot is inside."""
+@dataclass(frozen=True)
+class Windows:
+    """The windows along one axis: ``pos[o, k]`` is the input position of slot k of output o,
+    ``valid`` says whether it is a real input (not padding, overhang or a ragged tail).
+    Fixed windows keep their Axis so the reference can slice the padded input, not gather."""
+
+    pos: np.ndarray
+    valid: np.ndarray
+    fixed: Axis | None = None
+
+
+def fixed_windows(a: Axis) -> Windows:
     pos = (np.arange(a.out)[:, None] * a.stride - a.padding
            + np.arange(a.kernel)[None, :] * a.dilation)
-    return pos, (pos >= 0) & (pos < a.size)
+    return Windows(pos, (pos >= 0) & (pos < a.size), a)
 
 
 def avg_divisor(a: Axis, count_include_pad: bool) -> np.ndarray:
@@ -114,10 +127,10 @@ def adaptive_bounds(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
     return (i * size) // out, -((-(i + 1) * size) // out)
 
 
-def adaptive_table(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_windows(size: int, out: int) -> Windows:
     start, end = adaptive_bounds(size, out)
     pos = start[:, None] + np.arange(int((end - start).max()))[None, :]
-    return pos, pos < end[:, None]
+    return Windows(pos, pos < end[:, None])
 
 
 def adaptive_sizes(shape: tuple[int, int], output_size: Any, op: str) -> tuple[int, int]:
@@ -132,46 +145,98 @@ def adaptive_sizes(shape: tuple[int, int], output_size: Any, op: str) -> tuple[i
     return out  # type: ignore[return-value]
 
 
-def _gather(x: mx.array, pos: np.ndarray, axis: int) -> mx.array:
-    """x with ``axis`` replaced by the (out, k) table's two axes."""
-    flat = np.clip(pos, 0, x.shape[axis] - 1).reshape(-1).astype(np.int32)
-    g = mx.take(x, mx.array(flat), axis=axis)
-    return g.reshape(*x.shape[:axis], *pos.shape, *x.shape[axis + 1:])
+def _taps(x: mx.array, w: Windows, axis: int, fill: float) -> list[mx.array]:
+    """One array per window slot k: x along ``axis`` at each output's k-th position, with
+    ``fill`` where that slot is not a real input.
+
+    Fixed windows are strided slices of the padded input; ragged adaptive windows gather
+    clipped positions and mask. (Reducing over an ``mx.as_strided`` window view would be
+    shorter, but MLX 0.32's CPU reductions over such views give wrong results for batch > 1.)
+    """
+    a = w.fixed
+    if a is not None:
+        span = (a.out - 1) * a.stride + (a.kernel - 1) * a.dilation + 1
+        pads = [(0, 0)] * x.ndim
+        pads[axis] = (a.padding, max(0, span - a.size - a.padding))
+        xp = mx.pad(x, pads, constant_values=fill) if any(pads[axis]) else x
+        index = [slice(None)] * x.ndim
+        taps = []
+        for k in range(a.kernel):
+            start = k * a.dilation
+            index[axis] = slice(start, start + (a.out - 1) * a.stride + 1, a.stride)
+            taps.append(xp[tuple(index)])
+        return taps
+    taps = []
+    for k in range(w.pos.shape[1]):
+        at = mx.array(np.clip(w.pos[:, k], 0, x.shape[axis] - 1).astype(np.int32))
+        mask = mx.array(w.valid[:, k].reshape((-1,) + (1,) * (x.ndim - axis - 1)))
+        taps.append(mx.where(mask, mx.take(x, at, axis=axis), mx.array(fill, x.dtype)))
+    return taps
 
 
-def window_max(x: mx.array, rows: tuple[np.ndarray, np.ndarray],
-               cols: tuple[np.ndarray, np.ndarray], return_indices: bool) -> Any:
-    """Max over each (row window × column window) of NHWC ``x``; indices are h*W + w (int32)."""
-    (hpos, hvalid), (wpos, wvalid) = rows, cols
-    n, _, width, c = x.shape
-    oh, kh = hpos.shape
-    ow, kw = wpos.shape
-    g = _gather(_gather(x, hpos, 1), wpos, 3)  # (N, OH, KH, OW, KW, C)
-    valid = mx.array(hvalid[:, :, None, None, None] & wvalid[None, None, :, :, None])
-    g = mx.where(valid, g, mx.array(-np.inf, x.dtype))
-    g = g.transpose(0, 1, 3, 2, 4, 5).reshape(n, oh, ow, kh * kw, c)
-    # A NaN wins, as PyTorch propagates it; argmax keeps the first of equal maxima.
-    arg = mx.argmax(mx.where(mx.isnan(g), mx.array(np.inf, x.dtype), g), axis=3, keepdims=True)
-    slot_valid = (hvalid[:, None, :, None] & wvalid[None, :, None, :]).reshape(oh, ow, kh * kw)
-    if not slot_valid.all():
-        # Real inputs that are all -inf tie with the padding: take the first real one instead.
-        picked = mx.take_along_axis(mx.array(slot_valid)[None, :, :, :, None], arg, axis=3)
-        first = mx.array(slot_valid.argmax(-1).astype(np.uint32))[None, :, :, None, None]
-        arg = mx.where(picked, arg, first)
-    arg = mx.stop_gradient(arg)
-    y = mx.take_along_axis(g, arg, axis=3).squeeze(3)
-    if not return_indices:
-        return y
-    flat = (hpos[:, None, :, None] * width + wpos[None, :, None, :]).reshape(oh, ow, kh * kw)
-    table = mx.broadcast_to(mx.array(flat.astype(np.int32))[None, :, :, :, None], g.shape)
-    return y, mx.take_along_axis(table, arg, axis=3).squeeze(3)
+def _argmax_index(x: mx.array, rows: Windows, cols: Windows) -> mx.array:
+    """(N, OH, OW, C) int32 index h*W + w of each window's first maximum in scan order.
+
+    Separable: the row stage keeps each column's max and its first row; the column stage
+    keeps, among the real columns that reach the window max, the smallest (row, column).
+    A NaN counts as +inf, so it wins (PyTorch propagates NaN); a window whose real inputs
+    are all -inf points at its first real input, as PyTorch's does.
+    """
+    width, c = x.shape[2:]
+    (oh, kh), (ow, kw) = rows.pos.shape, cols.pos.shape
+    key = mx.where(mx.isnan(x), mx.array(np.inf, x.dtype), x)
+    taps = _taps(key, rows, 1, -np.inf)
+    row_max, row_arg = taps[0], mx.zeros(taps[0].shape, mx.int32)
+    for k, t in enumerate(taps[1:], 1):
+        row_arg = mx.where(t > row_max, k, row_arg)
+        row_max = mx.maximum(row_max, t)
+    row_arg = mx.maximum(row_arg, mx.array(rows.valid.argmax(1).astype(np.int32))[:, None, None])
+    best = mx.full(taps[0].shape[:2] + (ow, c), -np.inf, x.dtype)
+    best_row = mx.full(best.shape, kh, mx.int32)
+    best_col = mx.zeros(best.shape, mx.int32)
+    for k, (v, r) in enumerate(zip(_taps(row_max, cols, 2, -np.inf), _taps(row_arg, cols, 2, 0))):
+        better = ((v > best) | ((v == best) & (r < best_row))) & mx.array(cols.valid[:, k, None])
+        best, best_row, best_col = (mx.where(better, v, best), mx.where(better, r, best_row),
+                                    mx.where(better, k, best_col))
+    h = mx.take(mx.array(rows.pos.reshape(-1).astype(np.int32)),
+                mx.arange(oh, dtype=mx.int32)[:, None, None] * kh + best_row)
+    w = mx.take(mx.array(cols.pos.reshape(-1).astype(np.int32)),
+                mx.arange(ow, dtype=mx.int32)[:, None] * kw + best_col)
+    return mx.stop_gradient(h * width + w)
 
 
-def window_sum(x: mx.array, rows: tuple[np.ndarray, np.ndarray],
-               cols: tuple[np.ndarray, np.ndarray]) -> mx.array:
+def _gather(x: mx.array, index: mx.array) -> mx.array:
+    """x (N, H, W, C) at per-channel plane indices (N, OH, OW, C); autodiff scatters back."""
+    n, height, width, c = x.shape
+    flat = index.reshape(n, -1, c)
+    return mx.take_along_axis(x.reshape(n, height * width, c), flat, axis=1).reshape(index.shape)
+
+
+def window_max(x: mx.array, rows: Windows, cols: Windows, return_indices: bool) -> Any:
+    """Max over each (row window × column window) of NHWC ``x``; indices are h*W + w (int32).
+
+    Values are a separable max over the window slots (NaN-propagating, like PyTorch). The
+    gradient goes to each window's *first* maximum, as in PyTorch (MLX's own ``max`` would
+    split it between ties): a custom vjp finds that index only when a gradient is asked for.
+    """
+    if return_indices:
+        index = _argmax_index(x, rows, cols)
+        return _gather(x, index), index
+
+    @mx.custom_function
+    def values(x: mx.array) -> mx.array:
+        r = functools.reduce(mx.maximum, _taps(x, rows, 1, -np.inf))
+        return functools.reduce(mx.maximum, _taps(r, cols, 2, -np.inf))
+
+    @values.vjp
+    def to_first_max(x: mx.array, cotangent: mx.array, _: mx.array) -> mx.array:
+        index = _argmax_index(x, rows, cols)
+        return mx.vjp(lambda x: _gather(x, index), [x], [cotangent])[1][0]
+
+    return values(x)
+
+
+def window_sum(x: mx.array, rows: Windows, cols: Windows) -> mx.array:
     """Float32 sum over each (row window × column window) of NHWC ``x`` (separable)."""
-    (hpos, hvalid), (wpos, wvalid) = rows, cols
-    g = _gather(x.astype(mx.float32), hpos, 1) * mx.array(hvalid[:, :, None, None], mx.float32)
-    g = g.sum(axis=2)  # (N, OH, W, C)
-    g = _gather(g, wpos, 2) * mx.array(wvalid[:, :, None], mx.float32)
-    return g.sum(axis=3)  # (N, OH, OW, C)
+    r = sum(_taps(x.astype(mx.float32), rows, 1, 0.0))  # (N, OH, W, C)
+    return sum(_taps(r, cols, 2, 0.0))                   # (N, OH, OW, C)

@@ -13,7 +13,7 @@ from typing import Any
 import mlx.core as mx
 
 from . import pool_kernels as K
-from .pool_common import check_input, fixed_axis, fixed_table, window_max
+from .pool_common import check_input, fixed_axis, fixed_windows, window_max
 from .registry import register
 
 
@@ -47,7 +47,7 @@ def _vjp(primals: list, cotangents: Any, outputs: Any) -> tuple:
 def sppf_pool(x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
     """(y1, y2, y3): NHWC x max-pooled by 5x5 (stride 1, padding 2) once, twice, three times."""
     rows, cols = _axes(x)
-    tables = fixed_table(rows), fixed_table(cols)
+    tables = fixed_windows(rows), fixed_windows(cols)
     y1 = window_max(x, *tables, False)
     y2 = window_max(y1, *tables, False)
     return y1, y2, window_max(y2, *tables, False)

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import MlxnetError
 from . import pool_kernels as K
 from .pool_common import (Axis, IntOrPair, as_pair, as_single, avg_divisor, check_input,
-                          fixed_axis, fixed_table, window_max, window_sum)
+                          fixed_axis, fixed_windows, window_max, window_sum)
 from .registry import register
 
 _UNIT = Axis(size=1, kernel=1, stride=1, padding=0, dilation=1, out=1)
@@ -70,7 +70,7 @@ def _max_geometry(ndim: int, x: mx.array, kernel_size: Any, stride: Any = None, 
 
 def _max_reference(ndim: int, x: mx.array, *args: Any, **kwargs: Any) -> Any:
     rows, cols, return_indices = _max_geometry(ndim, x, *args, **kwargs)
-    out = window_max(_to_2d(x, ndim), fixed_table(rows), fixed_table(cols), return_indices)
+    out = window_max(_to_2d(x, ndim), fixed_windows(rows), fixed_windows(cols), return_indices)
     return _from_2d(out, ndim)
 
 
@@ -136,7 +136,7 @@ def _avg_geometry(ndim: int, x: mx.array, kernel_size: Any, stride: Any = None, 
 
 def _avg_reference(ndim: int, x: mx.array, *args: Any, **kwargs: Any) -> mx.array:
     rows, cols, count_include_pad = _avg_geometry(ndim, x, *args, **kwargs)
-    total = window_sum(_to_2d(x, ndim), fixed_table(rows), fixed_table(cols))
+    total = window_sum(_to_2d(x, ndim), fixed_windows(rows), fixed_windows(cols))
     divisor = np.outer(avg_divisor(rows, count_include_pad), avg_divisor(cols, count_include_pad))
     return _from_2d((total / mx.array(divisor[:, :, None])).astype(x.dtype), ndim)
 
