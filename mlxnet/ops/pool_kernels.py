@@ -11,6 +11,7 @@ same files and are covered by tests/test_pooling.py's GPU tests.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import mlx.core as mx
@@ -42,6 +43,13 @@ _GROUP = 256
 _INDEX = mx.int32  # PyTorch uses int64; int32 covers planes of up to 2^31 elements
 
 
+@functools.lru_cache(maxsize=512)
+def _params(values: tuple[int, ...]) -> mx.array:
+    # One array per geometry, reused: a fresh host array per call would be migrated to the
+    # GPU (unified memory) on every launch.
+    return mx.array(values, mx.int32)
+
+
 def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence[int],
             template: list, threads: int, shapes: Sequence[Sequence[int]],
             dtypes: Sequence[mx.Dtype], init_value: float | None = None) -> list[mx.array]:
@@ -49,7 +57,7 @@ def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence
     largest = max([threads] + [a.size for a in inputs])
     if largest >= 2**31 - _GROUP:
         raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements, got {largest}")
-    return kernel(list(inputs) + [mx.array(list(params), mx.int32)], template=template,
+    return kernel(list(inputs) + [_params(tuple(params))], template=template,
                   grid=(threads, 1, 1), threadgroup=(_GROUP, 1, 1), output_shapes=shapes,
                   output_dtypes=dtypes, init_value=init_value)
 
