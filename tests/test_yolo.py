@@ -2,7 +2,7 @@
 
 Tolerances: fp32 on the CPU, decoded boxes within 1e-5 x their largest magnitude (pixels) and
 scores within 1e-5 absolute; fp32 on a GPU (kernels on; CUDA convolutions may use TF32) 1e-3;
-fp16 / bf16 within 1.6e-2 / 1.6e-1 (boxes: of the magnitude). Final detections are compared by
+fp16 / bf16 within 4e-3 / 4e-2 on the CPU, 1.6e-2 / 1.6e-1 on a GPU (boxes: of the magnitude). Final detections are compared by
 matching (same class, IoU >= 0.99, score within 1e-4 on the CPU).
 """
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_half_precision_head_is_close_and_not_constant(dtype):
     assert net.model[0].conv.weight.dtype == dtype
     with mlxnet.use_device("cpu"):
         out = net(small_input().astype(dtype))
-    check_head(out, golden()["n.head"], dtype, scale=8)
+    check_head(out, golden()["n.head"], dtype, scale=2)
     assert float(out[..., 4:].astype(mx.float32).std()) > 0.1
 
 
