@@ -1,19 +1,22 @@
-"""Transposed-convolution benchmarks: mlxnet (gather kernel, shifted-gemm decomposition, the
-dispatcher's choice) against MLX's built-in conv_transpose and PyTorch, on one device, one run.
+"""Transposed convolutions beyond scripts/bench_ops.py (whose conv_transpose section times the
+forward methods on one device): the CPU table with MLX's very slow CPU built-in, and on a GPU the
+backward methods the dispatcher picks from.
 
-    python scripts/bench_conv_transpose.py            # CPU table (LaMa / SAM shapes)
-    python scripts/bench_conv_transpose.py --gpu      # GPU: forward and forward+backward tables
+    python scripts/bench_conv_transpose.py            # CPU: mlxnet vs MLX built-in vs PyTorch
+    python scripts/bench_conv_transpose.py --gpu      # GPU: backward methods, fwd+bwd totals
 
 Times are milliseconds per call: the minimum over repetitions on CPU (shared cores make the
-median noisy), the median on GPU. Shapes are (N, H, W, C_in) -> C_out, kernel k, stride s,
-padding p, output_padding op, groups g.
+median noisy); on GPU the median, each repetition queueing a few calls before one sync.
+Shapes come from bench_ops.CONV_TRANSPOSE_SHAPES.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import mlxnet
@@ -27,6 +30,9 @@ from mlxnet.ops import conv_transpose_gpu as gpu
 from mlxnet.ops.conv_transpose import _run
 from mlxnet.ops.conv_transpose_ref import as_2d, decomposed_nhwc
 from mlxnet.ops.conv_transpose_ref import plan as ref_plan
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_ops import CONV_TRANSPOSE_SHAPES  # noqa: E402
 
 
 @dataclass
@@ -54,28 +60,9 @@ class Case:
         return f"{self.name}: {dims}→{self.c_out} k{self.k} s{self.s}{extra}"
 
 
-CPU_CASES = [
-    Case("LaMa up", (1, 64, 64, 256), 128, 3, 2, 1, 1),
-    Case("SAM upscale", (4, 56, 56, 64), 64, 2, 2),
-    Case("SAM decoder", (1, 64, 64, 256), 64, 2, 2),
-    Case("SAM decoder", (1, 128, 128, 64), 32, 2, 2),
-    Case("LaMa 512²", (1, 64, 64, 512), 256, 3, 2, 1, 1),
-    Case("LaMa 512²", (1, 128, 128, 256), 128, 3, 2, 1, 1),
-    Case("LaMa 512²", (1, 256, 256, 128), 64, 3, 2, 1, 1),
-]
-
-GPU_CASES = CPU_CASES + [
-    Case("SAM upscale", (16, 56, 56, 64), 64, 2, 2),
-    Case("DCGAN", (16, 32, 32, 128), 64, 4, 2, 1),
-    Case("stride 1", (8, 32, 32, 64), 64, 3, 1, 1),
-    Case("few channels", (8, 64, 64, 8), 8, 3, 2, 1, 1),
-    Case("few channels", (8, 64, 64, 16), 16, 4, 2, 1),
-    Case("grouped", (8, 32, 32, 64), 64, 3, 2, 1, 1, 4),
-    Case("grouped", (8, 32, 32, 128), 128, 4, 2, 1, 0, 32),
-    Case("depthwise", (8, 64, 64, 128), 128, 4, 2, 1, 0, 128),
-    Case("1-D audio", (8, 2048, 64), 32, 4, 2, 1),
-    Case("1-D audio", (4, 4096, 16), 16, 16, 8, 4),
-]
+GPU_CASES = [Case(label, shape, c_out, k, s, p, op, g)
+             for label, shape, c_out, k, s, p, op, g in CONV_TRANSPOSE_SHAPES]
+CPU_CASES = GPU_CASES[:7]  # LaMa's and SAM's upsamplers
 
 
 def _sync(device: str) -> None:
@@ -141,17 +128,14 @@ def cpu_table(reps: int, builtin: bool) -> list[str]:
     return rows
 
 
-def gpu_tables(reps: int, dtypes: list[mx.Dtype], inner: int = 10) -> list[str]:
-    """Each timing queues ``inner`` calls before one sync (throughput, launch latency amortised)."""
+def gpu_backward_table(reps: int, dtypes: list[mx.Dtype], inner: int = 2) -> list[str]:
+    """Each timing queues ``inner`` calls before one sync (launch latency amortised)."""
     tdev = "cuda" if torch.cuda.is_available() else "cpu"
-    methods = list(gpu.FORWARD)
-    fwd = ["| shape | dtype | " + " | ".join(methods) + f" | PyTorch ({tdev}) | dispatch (choice) |"
-           " built-in / dispatch |", "|---" * (len(methods) + 5) + "|"]
     vjps = ["conv", "decomposition", "builtin"]
-    bwd = ["| shape | dtype | " + " | ".join(f"vjp {m}" for m in vjps) + " | dispatch vjp (choice) |"
-           " MLX built-in fwd+bwd | mlxnet fwd+bwd | PyTorch fwd+bwd |", "|---" * (len(vjps) + 6) + "|"]
+    rows = ["| shape | dtype | " + " | ".join(f"vjp {m}" for m in vjps) + " | dispatch vjp |"
+            " MLX built-in fwd+bwd | mlxnet fwd+bwd | PyTorch fwd+bwd |", "|---" * (len(vjps) + 6) + "|"]
 
-    def mlx_time(fn, inner=inner):
+    def mlx_time(fn):
         return timeit(lambda: mx.eval([fn() for _ in range(inner)]), "gpu", reps) / inner
 
     def torch_time(fn):
@@ -160,41 +144,31 @@ def gpu_tables(reps: int, dtypes: list[mx.Dtype], inner: int = 10) -> list[str]:
     for dtype in dtypes:
         for case in GPU_CASES:
             (x, w, b), (xt, wt, bt) = problem(case, dtype, tdev)
-            dn = str(dtype).split(".")[-1]
-            times = [mlx_time(lambda: _ours(case, impl, x, w, b)) for impl in gpu.FORWARD.values()]
-            t_t = torch_time(lambda: _torch_fn(case)(xt, wt, bt, **case.params))
             op = ops.conv_transpose1d if case.nd == 1 else ops.conv_transpose2d
-            t_o = mlx_time(lambda: op(x, w, b, **case.params))
-            x2 = x[:, None] if case.nd == 1 else x
-            w2 = w[:, None] if case.nd == 1 else w
+            x2, w2 = (x[:, None], w[:, None]) if case.nd == 1 else (x, w)
             plan = as_2d(x, w, ref_plan(x, w, b, case.nd, case.s, case.p, case.op, 1, case.g))[2]
-            choice = gpu.forward_method(x2, plan)
-            fwd.append(f"| {case.label()} | {dn} | " + " | ".join(f"{t:.3f}" for t in times)
-                       + f" | {t_t:.3f} | {t_o:.3f} ({choice}) | {times[methods.index('builtin')] / t_o:.1f}× |")
-            print(fwd[-1], flush=True)
-
-            y = _ours(case, decomposed_nhwc, x, w, b)
-            dy = mx.random.normal(y.shape).astype(dtype)
+            dy = mx.random.normal(_ours(case, decomposed_nhwc, x, w, b).shape).astype(dtype)
             dy2 = dy[:, None] if case.nd == 1 else dy
             mx.eval(dy)
-            # Backward timings queue fewer calls: some methods allocate large temporaries.
-            t_v = [mlx_time(lambda: gpu.vjp_nhwc(x2, w2, b, plan, dy2, method=m), 2) for m in vjps]
+            # "builtin" is timed even where its dx is wrong (output_padding): speed only.
+            t_v = [mlx_time(lambda: gpu.vjp_nhwc(x2, w2, b, plan, dy2, method=m)) for m in vjps]
 
             def grad_of(fn):
                 return mx.grad(lambda x_, w_, b_: (fn(x_, w_, b_) * dy).sum(), argnums=(0, 1, 2))
 
             g_builtin = grad_of(lambda x_, w_, b_: _mlx_builtin(case, x_, w_, b_))
             g_ours = grad_of(lambda x_, w_, b_: op(x_, w_, b_, **case.params))
-            t_bb = mlx_time(lambda: g_builtin(x, w, b), 2)
-            t_ob = mlx_time(lambda: g_ours(x, w, b), 2)
+            t_bb = mlx_time(lambda: g_builtin(x, w, b))
+            t_ob = mlx_time(lambda: g_ours(x, w, b))
             leaves = [t.clone().requires_grad_() for t in (xt, wt, bt)]
             dyt = torch.randn(_torch_fn(case)(xt, wt, bt, **case.params).shape, device=tdev, dtype=xt.dtype)
             t_tb = torch_time(lambda: _torch_fn(case)(*leaves, **case.params).backward(dyt))
-            bwd.append(f"| {case.label()} | {dn} | " + " | ".join(f"{t:.3f}" for t in t_v)
-                       + f" | ({gpu.vjp_method(plan)}) | {t_bb:.3f} | {t_ob:.3f} | {t_tb:.3f} |")
-            print(bwd[-1], flush=True)
+            rows.append(f"| {case.label()} | {str(dtype).split('.')[-1]} | "
+                        + " | ".join(f"{t:.3f}" for t in t_v)
+                        + f" | {gpu.vjp_method(plan)} | {t_bb:.3f} | {t_ob:.3f} | {t_tb:.3f} |")
+            print(rows[-1], flush=True)
             mx.clear_cache()
-    return fwd + [""] + bwd
+    return rows
 
 
 def main() -> None:
@@ -206,7 +180,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.gpu:
         mlxnet.use_device("gpu")
-        rows = gpu_tables(a.reps or 10, [mx.float32] + ([mx.float16] if a.fp16 else []))
+        rows = gpu_backward_table(a.reps or 10, [mx.float32] + ([mx.float16] if a.fp16 else []))
     else:
         rows = cpu_table(a.reps or 10, not a.no_builtin)
     print("\n".join(["", f"device: {mlxnet.backend()}"] + rows))

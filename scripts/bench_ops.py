@@ -124,8 +124,82 @@ POOLING = [
 ]
 
 # ---- conv_transpose ----------------------------------------------------------------------
-# (conv_transpose cases go here: CONV_TRANSPOSE = [Case("conv_transpose", ...), ...])
-CONV_TRANSPOSE: list[Case] = []
+# (label, input NHWC / NLC, C_out, kernel, stride, padding, output_padding, groups). The first
+# seven are LaMa's and SAM's upsamplers (also the CPU table of scripts/bench_conv_transpose.py,
+# which adds MLX's CPU built-in and the backward passes).
+CONV_TRANSPOSE_SHAPES = [
+    ("LaMa up", (1, 64, 64, 256), 128, 3, 2, 1, 1, 1),
+    ("SAM upscale", (4, 56, 56, 64), 64, 2, 2, 0, 0, 1),
+    ("SAM decoder", (1, 64, 64, 256), 64, 2, 2, 0, 0, 1),
+    ("SAM decoder", (1, 128, 128, 64), 32, 2, 2, 0, 0, 1),
+    ("LaMa 512²", (1, 64, 64, 512), 256, 3, 2, 1, 1, 1),
+    ("LaMa 512²", (1, 128, 128, 256), 128, 3, 2, 1, 1, 1),
+    ("LaMa 512²", (1, 256, 256, 128), 64, 3, 2, 1, 1, 1),
+    ("SAM upscale", (16, 56, 56, 64), 64, 2, 2, 0, 0, 1),
+    ("DCGAN", (16, 32, 32, 128), 64, 4, 2, 1, 0, 1),
+    ("stride 1", (8, 32, 32, 64), 64, 3, 1, 1, 0, 1),
+    ("few channels", (8, 64, 64, 8), 8, 3, 2, 1, 1, 1),
+    ("grouped", (8, 32, 32, 64), 64, 3, 2, 1, 1, 4),
+    ("grouped", (8, 32, 32, 128), 128, 4, 2, 1, 0, 32),
+    ("depthwise", (8, 64, 64, 128), 128, 4, 2, 1, 0, 128),
+    ("1-D audio", (8, 2048, 64), 32, 4, 2, 1, 0, 1),
+    ("1-D audio", (4, 4096, 16), 16, 16, 8, 4, 0, 1),
+]
+
+
+def _convt_setup(shape, c_out, k, g, dtype=mx.float32):
+    def make(scale: float) -> tuple[mx.array, ...]:
+        n = max(1, round(shape[0] * scale))
+        keys = mx.random.split(mx.random.key(0), 3)
+        x = mx.random.normal((n, *shape[1:]), key=keys[0]).astype(dtype)
+        w = (0.05 * mx.random.normal((c_out, *(k,) * (len(shape) - 2), shape[-1] // g), key=keys[1]))
+        return x, w.astype(dtype), mx.random.normal((c_out,), key=keys[2]).astype(dtype)
+    return make
+
+
+def _convt_torch_inputs(groups: int) -> Callable[[tuple[mx.array, ...], str], tuple]:
+    from mlxnet.weights.layout import to_torch_layout
+
+    def convert(xs: tuple[mx.array, ...], device: str) -> tuple:
+        x, b = channels_first((xs[0], xs[2]), device)
+        kind = f"conv_transpose{xs[0].ndim - 2}d"
+        w = torch.from_numpy(to_torch_layout(np.array(xs[1].astype(mx.float32)), kind, groups))
+        return x, w.to(device=device, dtype=x.dtype), b
+    return convert
+
+
+def _convt_cases() -> list[Case]:
+    """Per shape: the dispatcher, and on a GPU also each forward method it chooses from."""
+    from mlxnet.ops import conv_transpose_gpu
+    from mlxnet.ops.conv_transpose import _run
+
+    cases = []
+    on_gpu = mlxnet.backend() != "cpu"
+    for label, shape, c_out, k, s, p, op, g in CONV_TRANSPOSE_SHAPES:
+        nd = len(shape) - 2
+        prm = dict(stride=s, padding=p, output_padding=op, groups=g)
+        mlx_op = mx.conv_transpose1d if nd == 1 else mx.conv_transpose2d
+        torch_op = F.conv_transpose1d if nd == 1 else F.conv_transpose2d
+        name = (f"convT{nd}d {label} {'x'.join(map(str, shape))}->{c_out} k{k} s{s}"
+                + (f" g{g}" if g > 1 else ""))
+        methods = {"dispatch" if on_gpu else "reference": getattr(ops, f"conv_transpose{nd}d")}
+        if on_gpu:  # the forward methods the GPU dispatcher picks from
+            for m, impl in conv_transpose_gpu.FORWARD.items():
+                methods[m] = (lambda impl: lambda x, w, b, **kw: _run(
+                    nd, impl, x, w, b, kw["stride"], kw["padding"], kw["output_padding"], 1,
+                    kw["groups"]))(impl)
+        for m, fn in methods.items():
+            cases.append(Case(
+                "conv_transpose", f"{name} [{m}]", _convt_setup(shape, c_out, k, g),
+                (lambda fn, prm: lambda x, w, b: fn(x, w, b, **prm))(fn, prm),
+                # MLX's CPU conv_transpose takes seconds per call: only timed on a GPU here.
+                (lambda f, prm: lambda x, w, b: f(x, w, **prm) + b)(mlx_op, prm) if on_gpu else None,
+                (lambda f, prm: lambda x, w, b: f(x, w, b, **prm))(torch_op, prm) if F else None,
+                _convt_torch_inputs(g), record=label.startswith(("LaMa", "SAM")) and m != "builtin"))
+    return cases
+
+
+CONV_TRANSPOSE: list[Case] = _convt_cases()
 
 CASES: list[Case] = POOLING + CONV_TRANSPOSE
 

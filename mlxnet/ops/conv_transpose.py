@@ -3,8 +3,9 @@
 PyTorch semantics and output sizes (``(in-1)*stride - 2*padding + dilation*(k-1) +
 output_padding + 1``); weights in MLX layout ``(C_out, *kernel, C_in/groups)`` (convert PyTorch's
 ``(C_in, C_out/groups, *kernel)`` with ``from_torch_layout(w, "conv_transpose2d", groups)``).
-CPU: the shifted-gemm reference (:mod:`.conv_transpose_ref`). GPU: the gather kernel or the same
-decomposition by shape class, backward through ordinary convolutions (:mod:`.conv_transpose_gpu`).
+CPU: the shifted-gemm reference (:mod:`.conv_transpose_ref`). GPU (:mod:`.conv_transpose_gpu`):
+the gather kernel or MLX's built-in by shape class; backward through ordinary convolutions
+(groups == 1) or autodiff of the decomposition.
 """
 from __future__ import annotations
 

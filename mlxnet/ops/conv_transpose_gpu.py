@@ -47,14 +47,16 @@ FORWARD = {"gather": gather_nhwc, "decomposition": decomposed_nhwc, "builtin": b
 
 
 def forward_method(x: mx.array, p: Plan) -> str:
-    """Fastest forward per shape class, measured on an H100 (scripts/bench_conv_transpose.py --gpu,
-    float32, ms per call: gather / decomposition / built-in):
+    """Fastest forward per shape class, measured on an H100 (10 queued calls per sync, as
+    scripts/bench_ops.py --only convT times them; float32 ms per call: gather / decomposition /
+    built-in). Unmeasured on Metal, where the same rule applies.
 
-    - few input channels per group: the gather kernel. Grouped 8×32×32×128→128 k4 s2 g32 (4 per
-      group): 0.137 / 1.007 / 0.488; depthwise 8×64×64×128 k4 s2: 0.217 / 1.244 / 0.555.
-    - otherwise MLX's built-in (cuDNN): LaMa 1×64×64×512→256 k3 s2: 1.070 / 0.608 / 0.122;
-      SAM 16×56×56×64→64 k2 s2: 0.305 / 0.203 / 0.191; 8 channels dense 8×64×64×8→8 k3 s2:
-      0.110 / 0.608 / 0.097; grouped with 16 per group (g4): 0.133 / 0.660 / 0.110.
+    - at most 4 input channels per group: the gather kernel. Grouped 8×32×32×128→128 k4 s2 g32:
+      0.123 / 0.872 / 0.453; depthwise 8×64×64×128 k4 s2: 0.187 / 1.169 / 0.536 (float16: 0.196 /
+      0.877 / 0.515).
+    - otherwise MLX's built-in (cuDNN): LaMa 1×64×64×512→256 k3 s2: 1.079 / 0.821 / 0.140;
+      SAM 16×56×56×64→64 k2 s2: 0.267 / 0.175 / 0.163; 8 channels 8×64×64×8→8 k3 s2: 0.085 /
+      0.488 / 0.086; grouped, 16 per group (g4): 0.107 / 0.544 / 0.095.
     The decomposition (the CPU reference) never wins on the GPU.
     """
     ah, aw = p.axes
@@ -69,28 +71,24 @@ def forward_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan,
 
 
 def vjp_method(p: Plan) -> str:
-    """Fastest backward per shape class (same bench, ms for dx+dw+db: conv / autodiff of the
-    decomposition / autodiff of the built-in):
+    """Backward per shape class (scripts/bench_conv_transpose.py --gpu, ms for dx+dw+db, float32:
+    conv / autodiff of the decomposition / autodiff of the built-in):
 
-    - more than 4 input channels per group: "conv". LaMa 1×128×128×256→128 k3 s2: 0.282 / 1.200 /
-      2.213; DCGAN 16×32×32×128→64 k4 s2: 0.296 / 2.532 / 6.560; SAM 16×56×56×64 k2 s2: 0.360 /
-      0.366 / 1.459.
-    - one input channel per group (depthwise): "decomposition", 8×64×64×128 k4 s2: 11.2 / 3.5 / 4.9
-      (cuDNN's grouped weight gradient is slow).
-    - 2 to 4 per group: "builtin", g32 8×32×32×128 k4 s2: 1.474 / 2.585 / 1.217; but never with
-      output_padding, where MLX 0.32's own conv_transpose vjp returns a wrongly shaped dx.
+    - groups == 1: "conv", fastest everywhere measured. LaMa 1×64×64×512→256 k3 s2: 0.383 /
+      2.705 / 1.378; DCGAN 16×32×32×128→64 k4 s2: 0.351 / 2.643 / 6.830; SAM 16×56×56×64 k2 s2:
+      0.371 / 0.378 / 1.469.
+    - groups > 1: "decomposition". MLX 0.32's CUDA convolution returns a wrong weight gradient
+      for grouped convolutions with batch >= 2 (checked against the CPU reference), and both
+      "conv" and "builtin" go through it. Cost: grouped g4 8×32×32×64: 1.426 (conv 0.504);
+      depthwise 8×64×64×128 k4 s2: 3.232 (conv 6.545, builtin 4.882).
     """
-    per_group = p.c_in // p.groups
-    if per_group > 4:
-        return "conv"
-    if per_group == 1:
-        return "decomposition"
-    return "builtin" if all(a.output_padding == 0 for a in p.axes) else "conv"
+    return "conv" if p.groups == 1 else "decomposition"
 
 
 def vjp_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan, dy: mx.array,
              method: str | None = None) -> tuple[mx.array, ...]:
-    """(dx, dw[, db]) by ``method``: "conv" (below), or MLX autodiff of "decomposition" / "builtin"."""
+    """(dx, dw[, db]) by ``method``: "conv" (below), or MLX autodiff of "decomposition" / "builtin"
+    (the latter wrong with output_padding: MLX 0.32's conv_transpose vjp misshapes dx)."""
     method = method or vjp_method(p)
     if method != "conv":
         fn = FORWARD[method]
