@@ -148,3 +148,6 @@ app.command(name="detect")(_detect.detect)
 from .commands import inpaint as _inpaint  # noqa: E402
 
 app.command(name="inpaint")(_inpaint.inpaint)
+from .commands import segment as _segment  # noqa: E402
+
+app.command(name="segment")(_segment.segment)

@@ -1,0 +1,260 @@
+"""Segment Anything with MobileSAM's TinyViT encoder ("sam-tiny"), and SAM's predictor.
+
+    predictor = SamPredictor.from_pretrained("sam-tiny")      # or a .pt / .safetensors path
+    predictor.set_image(image)                               # HWC uint8 RGB, embedded once
+    masks, scores, logits = predictor.predict(point_coords=np.array([[x, y]]), point_labels=np.array([1]))
+
+Pre/post-processing follows segment-anything: resize the longest side to 1024 (PIL bilinear),
+normalise with SAM's pixel mean/std, zero-pad to 1024×1024; low-res mask logits (256×256) are
+upsampled bilinearly to 1024, cropped to the resized image and resized to the original size.
+"""
+from __future__ import annotations
+
+import os
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from mlxnet.errors import MlxnetError
+from mlxnet.image import resize_pil
+from mlxnet.weights import WeightSpec, load_pretrained, register_spec
+
+from .sam_decoder import MaskDecoder, PromptEncoder
+from .sam_encoder import TinyViT
+
+PIXEL_MEAN = (123.675, 116.28, 103.53)
+PIXEL_STD = (58.395, 57.12, 57.375)
+
+
+class Sam(nn.Module):
+    """Image encoder + prompt encoder + mask decoder (parameter names as in ``mobile_sam.pt``)."""
+
+    mask_threshold: float = 0.0
+
+    def __init__(self, image_encoder: TinyViT, prompt_encoder: PromptEncoder, mask_decoder: MaskDecoder) -> None:
+        super().__init__()
+        self.image_encoder = image_encoder
+        self.prompt_encoder = prompt_encoder
+        self.mask_decoder = mask_decoder
+
+    @property
+    def img_size(self) -> int:
+        return self.image_encoder.img_size
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.mask_decoder.iou_token.weight.dtype
+
+    def preprocess(self, image: mx.array) -> mx.array:
+        """(B, h, w, 3) pixels in [0, 255] (long side = img_size) → normalised, zero-padded square."""
+        x = (image.astype(mx.float32) - mx.array(PIXEL_MEAN)) / mx.array(PIXEL_STD)
+        h, w = x.shape[1:3]
+        x = mx.pad(x, [(0, 0), (0, self.img_size - h), (0, self.img_size - w), (0, 0)])
+        return x.astype(self.dtype)
+
+    def postprocess_masks(self, masks: mx.array, input_size: tuple[int, int],
+                          original_size: tuple[int, int]) -> mx.array:
+        """(B, C, 256, 256) logits → (B, C, H, W) at the original image size (float32)."""
+        masks = masks.astype(mx.float32)
+        # Upsample to the padded input size but keep only the rows/columns of the resized image
+        # (the same values SAM gets by upsampling everything and cropping).
+        masks = interpolate_bilinear(masks, (self.img_size, self.img_size), keep=input_size)
+        return interpolate_bilinear(masks, original_size)
+
+
+def _axis_table(n_in: int, n_out: int, keep: int) -> tuple[mx.array, mx.array, mx.array]:
+    """Source rows and weights of PyTorch's bilinear resize (align_corners=False) along one axis."""
+    src = np.maximum((np.arange(keep, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int32), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    return mx.array(lo), mx.array(hi), mx.array((src - lo).astype(np.float32))
+
+
+def interpolate_bilinear(x: mx.array, size: tuple[int, int], keep: tuple[int, int] | None = None) -> mx.array:
+    """Resize the last two axes like ``F.interpolate(mode="bilinear", align_corners=False)``;
+    ``keep`` returns only the first (rows, cols) of that output."""
+    h, w = x.shape[-2:]
+    keep = keep or size
+    lo, hi, f = _axis_table(h, size[0], keep[0])
+    top, bottom = mx.take(x, lo, axis=-2), mx.take(x, hi, axis=-2)
+    x = top + (bottom - top) * f[:, None]
+    lo, hi, f = _axis_table(w, size[1], keep[1])
+    left, right = mx.take(x, lo, axis=-1), mx.take(x, hi, axis=-1)
+    return left + (right - left) * f
+
+
+def sam_tiny() -> Sam:
+    """MobileSAM (``build_sam_vit_t``): TinyViT-5M encoder, SAM's prompt encoder and mask decoder."""
+    model = Sam(TinyViT(img_size=1024), PromptEncoder(256, (64, 64), (1024, 1024), 16), MaskDecoder(256))
+    model.eval()  # BatchNorm uses its running statistics
+    return model
+
+
+# Checkpoint keys equal mlxnet's; the TinyViT classifier head (norm_head, head) is built by
+# MobileSAM but never used by SAM, so its tensors are dropped on purpose.
+_CONV = (r"image_encoder\..*\.c\.weight|image_encoder\.neck\.[02]\.weight"
+         r"|prompt_encoder\.mask_downscaling\.[036]\.weight")
+SPEC = register_spec(WeightSpec(
+    id="sam-tiny",
+    repo="dhkim2810/MobileSAM",
+    filename="mobile_sam.pt",
+    keys=[(r"((image_encoder|prompt_encoder|mask_decoder)\..*)", r"\1")],
+    drop=[r".*\.num_batches_tracked", r"image_encoder\.(norm_head|head)\.(weight|bias)"],
+    layouts=[(_CONV, "conv2d"), (r"mask_decoder\.output_upscaling\.[03]\.weight", "conv_transpose2d")],
+    build=lambda fold_bn=False: sam_tiny(),
+), replace=True)
+
+
+def from_pretrained(weights: str | os.PathLike = "sam-tiny", *, dtype: str | mx.Dtype | None = None) -> Sam:
+    """Build sam-tiny and load ``weights``: the model id (hub file), a ``mobile_sam.pt`` state dict,
+    or a safetensors file (PyTorch keys, or converted by ``mlxnet convert``)."""
+    model = sam_tiny()
+    load_pretrained(model, SPEC, weights, dtype=dtype)
+    return model
+
+
+# --- ResizeLongestSide -------------------------------------------------------------------------
+
+def preprocess_shape(h: int, w: int, long_side: int) -> tuple[int, int]:
+    """(new_h, new_w) with the longer side scaled to ``long_side``, rounded half up (as SAM)."""
+    scale = long_side * 1.0 / max(h, w)
+    return int(h * scale + 0.5), int(w * scale + 0.5)
+
+
+def apply_coords(coords: np.ndarray, original_size: tuple[int, int], long_side: int) -> np.ndarray:
+    """(..., 2) xy pixel coordinates of the original image → the resized image's frame."""
+    old_h, old_w = original_size
+    new_h, new_w = preprocess_shape(old_h, old_w, long_side)
+    coords = np.array(coords, dtype=np.float64)
+    coords[..., 0] *= new_w / old_w
+    coords[..., 1] *= new_h / old_h
+    return coords
+
+
+def apply_boxes(boxes: np.ndarray, original_size: tuple[int, int], long_side: int) -> np.ndarray:
+    return apply_coords(np.asarray(boxes).reshape(-1, 2, 2), original_size, long_side).reshape(-1, 4)
+
+
+def _check_image(image: np.ndarray) -> None:
+    if not isinstance(image, np.ndarray) or image.ndim != 3 or image.shape[2] != 3:
+        got = image.shape if isinstance(image, np.ndarray) else type(image).__name__
+        raise MlxnetError(f"set_image: expected an HxWx3 uint8 image, got {got}")
+    if image.dtype != np.uint8:
+        raise MlxnetError(f"set_image: expected uint8 pixels in [0, 255], got dtype {image.dtype}")
+    if min(image.shape[:2]) < 1:
+        raise MlxnetError(f"set_image: empty image of shape {image.shape}")
+
+
+class SamPredictor:
+    """Embed an image once (:meth:`set_image`), then predict masks for many prompts."""
+
+    def __init__(self, model: Sam) -> None:
+        self.model = model
+        self.reset_image()
+
+    @classmethod
+    def from_pretrained(cls, weights: str | os.PathLike = "sam-tiny", *,
+                        dtype: str | mx.Dtype | None = None) -> "SamPredictor":
+        return cls(from_pretrained(weights, dtype=dtype))
+
+    def reset_image(self) -> None:
+        self.features: mx.array | None = None
+        self.original_size: tuple[int, int] | None = None
+        self.input_size: tuple[int, int] | None = None
+
+    @property
+    def is_image_set(self) -> bool:
+        return self.features is not None
+
+    def set_image(self, image: np.ndarray, image_format: str = "RGB") -> None:
+        """Resize (longest side 1024, PIL bilinear), normalise, pad and embed an HxWx3 uint8 image."""
+        if image_format not in ("RGB", "BGR"):
+            raise MlxnetError(f"set_image: image_format must be 'RGB' or 'BGR', got {image_format!r}")
+        _check_image(image)
+        if image_format == "BGR":
+            image = image[..., ::-1]
+        h, w = image.shape[:2]
+        new_h, new_w = preprocess_shape(h, w, self.model.img_size)
+        resized = resize_pil(np.ascontiguousarray(image), (new_w, new_h))
+        self.set_resized_image(mx.array(resized)[None], (h, w))
+
+    def set_resized_image(self, resized: mx.array, original_size: tuple[int, int]) -> None:
+        """Embed a (1, h, w, 3) image already resized so that max(h, w) == img_size."""
+        if resized.ndim != 4 or resized.shape[0] != 1 or max(resized.shape[1:3]) != self.model.img_size:
+            raise MlxnetError(f"set_resized_image: expected (1, h, w, 3) with long side {self.model.img_size}, "
+                              f"got {tuple(resized.shape)}")
+        self.reset_image()
+        features = self.model.image_encoder(self.model.preprocess(resized))
+        mx.eval(features)
+        self.features = features
+        self.original_size = tuple(int(s) for s in original_size)  # type: ignore[assignment]
+        self.input_size = (int(resized.shape[1]), int(resized.shape[2]))
+
+    def get_image_embedding(self) -> mx.array:
+        """(1, 64, 64, 256) embedding of the current image."""
+        self._require_image("get_image_embedding")
+        return self.features  # type: ignore[return-value]
+
+    def _require_image(self, what: str) -> None:
+        if not self.is_image_set:
+            raise MlxnetError(f"{what}: no image set; call set_image(image) first")
+
+    def predict(self, point_coords: np.ndarray | None = None, point_labels: np.ndarray | None = None,
+                box: np.ndarray | None = None, mask_input: np.ndarray | None = None,
+                multimask_output: bool = True, return_logits: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Masks for one prompt, in original-image pixels.
+
+        point_coords (N, 2) xy with point_labels (N,) (1 foreground, 0 background); box (4,) xyxy;
+        mask_input (1, 256, 256) low-res logits from an earlier call. Returns masks (C, H, W)
+        (bool, or float logits with ``return_logits``), scores (C,), low-res logits (C, 256, 256);
+        C is 3 with ``multimask_output`` else 1.
+        """
+        self._require_image("predict")
+        coords = labels = boxes = masks = None
+        long_side = self.model.img_size
+        if point_coords is not None:
+            if point_labels is None:
+                raise MlxnetError("predict: point_labels must be given with point_coords")
+            pc, pl = np.asarray(point_coords, dtype=np.float64), np.asarray(point_labels)
+            if pc.ndim != 2 or pc.shape[1] != 2 or pl.shape != (pc.shape[0],):
+                raise MlxnetError(f"predict: expected point_coords (N, 2) and point_labels (N,), "
+                                  f"got {pc.shape} and {pl.shape}")
+            coords = mx.array(apply_coords(pc, self.original_size, long_side).astype(np.float32))[None]
+            labels = mx.array(pl.astype(np.int32))[None]
+        elif point_labels is not None:
+            raise MlxnetError("predict: point_labels given without point_coords")
+        if box is not None:
+            b = np.asarray(box, dtype=np.float64)
+            if b.size != 4:
+                raise MlxnetError(f"predict: expected a box of 4 numbers (x1, y1, x2, y2), got shape {b.shape}")
+            boxes = mx.array(apply_boxes(b.reshape(4), self.original_size, long_side).astype(np.float32))
+        if mask_input is not None:
+            m = np.asarray(mask_input, dtype=np.float32)
+            want = (1, *self.model.prompt_encoder.mask_input_size)
+            if m.shape != want:
+                raise MlxnetError(f"predict: expected mask_input of shape {want} (low-res logits), got {m.shape}")
+            masks = mx.array(m)[None]
+        out_masks, scores, low_res = self.predict_batch(coords, labels, boxes, masks, multimask_output,
+                                                        return_logits)
+        return np.array(out_masks[0]), np.array(scores[0].astype(mx.float32)), np.array(low_res[0].astype(mx.float32))
+
+    def predict_batch(self, point_coords: mx.array | None, point_labels: mx.array | None,
+                      boxes: mx.array | None = None, mask_input: mx.array | None = None,
+                      multimask_output: bool = True, return_logits: bool = False
+                      ) -> tuple[mx.array, mx.array, mx.array]:
+        """Batched prompts already in the resized (1024) frame, like SAM's ``predict_torch``:
+        point_coords (B, N, 2), point_labels (B, N), boxes (B, 4), mask_input (B, 1, 256, 256).
+        Returns masks (B, C, H, W), scores (B, C), low-res logits (B, C, 256, 256)."""
+        self._require_image("predict_batch")
+        points = (point_coords, point_labels) if point_coords is not None else None
+        dense_in = None if mask_input is None else mask_input.transpose(0, 2, 3, 1).astype(self.model.dtype)
+        sparse, dense = self.model.prompt_encoder(points, boxes, dense_in)
+        low_res, scores = self.model.mask_decoder(self.features, self.model.prompt_encoder.get_dense_pe(),
+                                                  sparse, dense, multimask_output)
+        masks = self.model.postprocess_masks(low_res, self.input_size, self.original_size)
+        if not return_logits:
+            masks = masks > self.model.mask_threshold
+        mx.eval(masks, scores, low_res)
+        return masks, scores, low_res
+
