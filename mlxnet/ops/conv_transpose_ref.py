@@ -179,14 +179,15 @@ def decomposed_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Pla
     if ah.shifts == aw.shifts == 1 and not broadcast:
         # Every tap reads the unshifted input: one gemm for all taps (better for few channels).
         w_all = wt.transpose(2, 3, 0, 1, 4).reshape(g, c_in // g, kh_n * kw_n * cg)
-        b_all = None if acc0 is None else mx.tile(acc0, (1, 1, kh_n * kw_n))
-        y = accumulate(b_all, xf[:, :, :rows], w_all)
         if (kh_n, kw_n) == (ah.stride, aw.stride) and ah.dilation == aw.dilation == 1:
             # Non-overlapping patches (kernel == stride): tap (kh, kw) is phase (kh, kw), so
-            # the interleave is one transpose.
-            y = y.reshape(n, g, ah.count, aw.span, kh_n, kw_n, cg).transpose(0, 2, 4, 3, 5, 1, 6)
+            # the interleave is one transposing pass, which also adds the bias.
+            y = (xf[:, :, :rows] @ w_all).reshape(n, g, ah.count, aw.span, kh_n, kw_n, cg)
+            y = y.transpose(0, 2, 4, 3, 5, 1, 6)
+            y = mx.contiguous(y) if acc0 is None else y + acc0.reshape(g, cg)
             return _crop(y.reshape(n, ah.count * kh_n, aw.span * kw_n, c_out), ah, aw)
-        y = y.reshape(n, g, rows, kh_n * kw_n, cg)
+        b_all = None if acc0 is None else mx.tile(acc0, (1, 1, kh_n * kw_n))
+        y = accumulate(b_all, xf[:, :, :rows], w_all).reshape(n, g, rows, kh_n * kw_n, cg)
         for i, (_, _, (_, rh), (_, rw)) in enumerate(taps):
             phases[rh, rw] = y[:, :, :, i]
     else:
