@@ -140,6 +140,20 @@ def predict_like_reference(gen: torch.nn.Module, image_u8: np.ndarray, mask_u8: 
             "inpainted_u8": np.clip(res * 255, 0, 255).astype("uint8")}
 
 
+def check_plain_torch_copy(gen: torch.nn.Module, n_blocks: int, x: np.ndarray, out: np.ndarray) -> None:
+    """scripts/lama_torch.py (the benchmarks' torch-only generator) must load the reference's
+    state dict strictly and reproduce its output."""
+    spec = importlib.util.spec_from_file_location("lama_torch", ROOT / "scripts/lama_torch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    copy = mod.Generator(n_blocks).eval()
+    copy.load_state_dict(gen.state_dict(), strict=True)
+    with torch.no_grad():
+        diff = float(np.abs(copy(torch.from_numpy(x)).numpy() - out).max())
+    assert diff < 1e-6, f"scripts/lama_torch.py differs from the reference by {diff}"
+    print("lama_torch.py matches the reference: max |diff|", diff)
+
+
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -169,6 +183,7 @@ def main(out: Path) -> None:
                                   "parameters": int(sum(p.numel() for p in gen.parameters()))}
         print(name, "out range", float(tensors[f"{name}.out"].min()), float(tensors[f"{name}.out"].max()),
               "logits |max|", float(np.abs(tensors[f"{name}.logits"]).max()))
+        check_plain_torch_copy(gen, meta["variants"][name]["n_blocks"], x, tensors[f"{name}.out"])
         if name == "lama":
             for k, v in predict_like_reference(gen, image_u8, mask_u8).items():
                 tensors[f"pipeline.{k}"] = v
