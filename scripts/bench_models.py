@@ -180,6 +180,55 @@ def yolo_nms_entry(candidates: int) -> Callable[[str], Bench]:
     return build
 
 
+def sam_entry(part: str) -> Callable[[str], Bench]:
+    """SAM-tiny: the TinyViT encoder on one 1024x1024 image ("encoder"), or one point prompt through
+    the prompt encoder + mask decoder ("decoder", 3 masks), vs MobileSAM's modules (scripts/sam_reference.py)."""
+    def build(device: str) -> Bench:
+        from mlxnet.models import sam
+
+        model = sam.sam_tiny()
+        x = mx.random.normal((1, 1024, 1024, 3))
+        emb = mx.random.normal((1, 64, 64, 256))
+        pts, labels = mx.array([[[500.0, 400.0]]]), mx.array([[1]])
+        mx.eval(model.parameters(), x, emb)
+
+        def run_mlx():
+            if part == "encoder":
+                return mx.eval(model.image_encoder(x))
+            sparse, dense = model.prompt_encoder((pts, labels), None, None)
+            mx.eval(model.mask_decoder(emb, model.prompt_encoder.get_dense_pe(), sparse, dense, True))
+        try:
+            import sys
+            from pathlib import Path
+
+            import torch
+
+            sys.path.insert(0, str(Path(__file__).parent))
+            import sam_reference
+
+            m = sam_reference.modeling()
+        except ImportError as e:
+            return run_mlx, None, str(e)
+        dev = torch_device(device)
+        enc = m.TinyViT(img_size=1024, embed_dims=[64, 128, 160, 320], depths=[2, 2, 6, 2], num_heads=[2, 4, 5, 10],
+                        window_sizes=[7, 7, 14, 7], drop_path_rate=0.0, layer_lr_decay=0.8).eval().to(dev)
+        penc = m.PromptEncoder(embed_dim=256, image_embedding_size=(64, 64), input_image_size=(1024, 1024),
+                               mask_in_chans=16).eval().to(dev)
+        dec = m.MaskDecoder(num_multimask_outputs=3, transformer=m.TwoWayTransformer(
+            depth=2, embedding_dim=256, mlp_dim=2048, num_heads=8), transformer_dim=256).eval().to(dev)
+        tx, temb = torch.randn(1, 3, 1024, 1024, device=dev), torch.randn(1, 256, 64, 64, device=dev)
+        tpts, tlab = torch.tensor([[[500.0, 400.0]]], device=dev), torch.tensor([[1]], device=dev)
+
+        def run_torch():
+            with torch.no_grad():
+                if part == "encoder":
+                    return enc(tx)
+                sparse, dense = penc((tpts, tlab), None, None)
+                dec(temb, penc.get_dense_pe(), sparse, dense, True)
+        return run_mlx, run_torch, "MobileSAM (github ChaoningZhang/MobileSAM)"
+    return build
+
+
 def lama_entry(size: int = 512, dtype: str = "float32") -> Callable[[str], Bench]:
     """LaMa (big-lama) generator on one size x size masked image + mask, vs the same generator in
     plain PyTorch (scripts/lama_torch.py, checked against advimman/lama by scripts/golden_lama.py).
@@ -221,6 +270,7 @@ ENTRIES: dict[str, Callable[[str], Bench]] = {
     **{f"yolov8{s}": yolo_entry(s) for s in "nsmlx"},
     "yolov8-nms-300": yolo_nms_entry(300), "yolov8-nms-8400": yolo_nms_entry(8399),
     "lama-512": lama_entry(512), "lama-512-fp16": lama_entry(512, "float16"),
+    "sam-tiny-encoder": sam_entry("encoder"), "sam-tiny-decoder": sam_entry("decoder"),
 }
 
 
