@@ -316,7 +316,12 @@ def main() -> None:
           f"{'×torch':>7s} {'GB/s':>7s} {'%copy':>6s}")
     rows = []
     for case in cases:
-        r = run_case(case, a.scale, copy_gbps)
+        try:
+            r = run_case(case, a.scale, copy_gbps)
+        except Exception as e:  # one broken case must not hide the others
+            print(f"{case.name[:46]:46s} FAILED: {type(e).__name__}: {e}", flush=True)
+            rows.append(dict(section=case.section, case=case.name, error=f"{type(e).__name__}: {e}"))
+            continue
         rows.append(r)
         print(f"{case.name[:46]:46s} {r['mlxnet_ms']:10.4f} {_fmt(r['mlx_ms'], '9.4f')} "
               f"{_fmt(r['torch_ms'], '9.4f')} {_fmt(r['x_vs_mlx'], '7.1f')} "

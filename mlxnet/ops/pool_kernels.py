@@ -1,8 +1,9 @@
 """Launchers for the pooling kernels (custom_kernels/pool.kern, pool_adaptive.kern).
 
 All kernels take NHWC arrays (1d ops pass (N, 1, L, C)), one thread per output element for
-forward passes and one per input element for backward passes (gathers, no atomics), and
-their runtime sizes in a small int32 params array, so one compiled kernel serves every shape.
+forward passes and one per input element for backward passes (gathers, no atomics) on a
+(C * W, H, N) grid, and their runtime sizes in a small int32 params array, so one compiled
+kernel serves every shape.
 Only the window size (KH, KW) is a template constant, to unroll the window loops.
 
 Each op's registry ``sources`` lists the kernels its example's forward launches (what the
@@ -51,14 +52,18 @@ def _params(values: tuple[int, ...]) -> mx.array:
 
 
 def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence[int],
-            template: list, threads: int, shapes: Sequence[Sequence[int]],
+            template: list, threads: Sequence[int], shapes: Sequence[Sequence[int]],
             dtypes: Sequence[mx.Dtype], init_value: float | None = None) -> list[mx.array]:
-    # Kernels index with int: the largest tensor (and the rounded-up grid) must fit.
-    largest = max([threads] + [a.size for a in inputs])
-    if largest >= 2**31 - _GROUP:
-        raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements, got {largest}")
+    """One thread per element of the NHWC ``threads`` shape, on a (C * W, H, N) grid."""
+    n, h, w, c = threads
+    # Kernels index with int: the largest tensor (and the rounded-up grid) must fit; CUDA
+    # grids have at most 65535 blocks along y and z.
+    largest = max([n * h * w * c] + [a.size for a in inputs])
+    if largest >= 2**31 - _GROUP or max(n, h) > 65535:
+        raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements with batch and "
+                          f"height <= 65535, got {largest} elements, shape {tuple(threads)}")
     return kernel(list(inputs) + [_params(tuple(params))], template=template,
-                  grid=(threads, 1, 1), threadgroup=(_GROUP, 1, 1), output_shapes=shapes,
+                  grid=(c * w, h, n), threadgroup=(_GROUP, 1, 1), output_shapes=shapes,
                   output_dtypes=dtypes, init_value=init_value)
 
 
@@ -77,30 +82,29 @@ def max_forward(x: mx.array, rows: Axis, cols: Axis, with_indices: bool) -> list
     shape = _out_shape(x.shape, rows.out, cols.out)
     kernel, dtypes = (MAX_INDICES, [x.dtype, _INDEX]) if with_indices else (MAX, [x.dtype])
     return _launch(kernel, [x], _fixed_params(x.shape, rows, cols),
-                   [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)],
-                   x.size // x.shape[1] // x.shape[2] * rows.out * cols.out,
+                   [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], shape,
                    [shape] * len(dtypes), dtypes)
 
 
 def max_backward(indices: mx.array, g: mx.array, x: mx.array, rows: Axis, cols: Axis) -> mx.array:
     (dx,) = _launch(MAX_GRAD, [indices, g.astype(x.dtype)], _fixed_params(x.shape, rows, cols),
-                    [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.size,
+                    [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.shape,
                     [x.shape], [x.dtype])
     return dx
 
 
 def avg_forward(x: mx.array, rows: Axis, cols: Axis, count_include_pad: bool) -> mx.array:
+    shape = _out_shape(x.shape, rows.out, cols.out)
     (out,) = _launch(AVG, [x], _fixed_params(x.shape, rows, cols, count_include_pad),
-                     [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)],
-                     x.size // x.shape[1] // x.shape[2] * rows.out * cols.out,
-                     [_out_shape(x.shape, rows.out, cols.out)], [x.dtype])
+                     [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], shape,
+                     [shape], [x.dtype])
     return out
 
 
 def avg_backward(g: mx.array, x: mx.array, rows: Axis, cols: Axis,
                  count_include_pad: bool) -> mx.array:
     (dx,) = _launch(AVG_GRAD, [g.astype(x.dtype)], _fixed_params(x.shape, rows, cols, count_include_pad),
-                    [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.size,
+                    [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.shape,
                     [x.shape], [x.dtype])
     return dx
 
@@ -112,7 +116,7 @@ def _unpool_params(x: mx.array, oh: int, ow: int) -> list[int]:
 
 def unpool_forward(x: mx.array, indices: mx.array, oh: int, ow: int) -> mx.array:
     (out,) = _launch(UNPOOL, [x, indices.astype(_INDEX)], _unpool_params(x, oh, ow),
-                     [("T", x.dtype)], x.size, [_out_shape(x.shape, oh, ow)], [x.dtype],
+                     [("T", x.dtype)], x.shape, [_out_shape(x.shape, oh, ow)], [x.dtype],
                      init_value=0.0)
     return out
 
@@ -120,13 +124,13 @@ def unpool_forward(x: mx.array, indices: mx.array, oh: int, ow: int) -> mx.array
 def unpool_backward(indices: mx.array, g: mx.array, x: mx.array) -> mx.array:
     oh, ow = g.shape[1:3]
     (dx,) = _launch(UNPOOL_GRAD, [indices.astype(_INDEX), g.astype(x.dtype)],
-                    _unpool_params(x, oh, ow), [("T", x.dtype)], x.size, [x.shape], [x.dtype])
+                    _unpool_params(x, oh, ow), [("T", x.dtype)], x.shape, [x.shape], [x.dtype])
     return dx
 
 
 def sppf_forward(x: mx.array) -> list[mx.array]:
     """The 5x5, 9x9 and 13x13 stride-1 'same' max pools of NHWC x in one pass."""
-    return _launch(SPPF, [x], list(x.shape) + [0] * 9, [("T", x.dtype)], x.size,
+    return _launch(SPPF, [x], list(x.shape) + [0] * 9, [("T", x.dtype)], x.shape,
                    [x.shape] * 3, [x.dtype] * 3)
 
 
@@ -135,27 +139,28 @@ def _adaptive_params(x_shape: Sequence[int], oh: int, ow: int) -> list[int]:
 
 
 def adaptive_avg_forward(x: mx.array, oh: int, ow: int) -> mx.array:
+    shape = _out_shape(x.shape, oh, ow)
     (out,) = _launch(ADAPTIVE_AVG, [x], _adaptive_params(x.shape, oh, ow), [("T", x.dtype)],
-                     x.shape[0] * oh * ow * x.shape[3], [_out_shape(x.shape, oh, ow)], [x.dtype])
+                     shape, [shape], [x.dtype])
     return out
 
 
 def adaptive_avg_backward(g: mx.array, x: mx.array) -> mx.array:
     (dx,) = _launch(ADAPTIVE_AVG_GRAD, [g.astype(x.dtype)], _adaptive_params(x.shape, *g.shape[1:3]),
-                    [("T", x.dtype)], x.size, [x.shape], [x.dtype])
+                    [("T", x.dtype)], x.shape, [x.shape], [x.dtype])
     return dx
 
 
 def adaptive_max_forward(x: mx.array, oh: int, ow: int, with_indices: bool) -> list[mx.array]:
     kernel, dtypes = ((ADAPTIVE_MAX_INDICES, [x.dtype, _INDEX]) if with_indices
                       else (ADAPTIVE_MAX, [x.dtype]))
-    return _launch(kernel, [x], _adaptive_params(x.shape, oh, ow), [("T", x.dtype)],
-                   x.shape[0] * oh * ow * x.shape[3], [_out_shape(x.shape, oh, ow)] * len(dtypes),
-                   dtypes)
+    shape = _out_shape(x.shape, oh, ow)
+    return _launch(kernel, [x], _adaptive_params(x.shape, oh, ow), [("T", x.dtype)], shape,
+                   [shape] * len(dtypes), dtypes)
 
 
 def adaptive_max_backward(indices: mx.array, g: mx.array, x: mx.array) -> mx.array:
     (dx,) = _launch(ADAPTIVE_MAX_GRAD, [indices, g.astype(x.dtype)],
-                    _adaptive_params(x.shape, *g.shape[1:3]), [("T", x.dtype)], x.size,
+                    _adaptive_params(x.shape, *g.shape[1:3]), [("T", x.dtype)], x.shape,
                     [x.shape], [x.dtype])
     return dx
