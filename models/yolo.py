@@ -56,7 +56,7 @@ class Conv(nn.Module):
         x = self.conv(x)
         if "bn" in self:
             x = self.bn(x)
-        return nn.silu(x) if self.act else x
+        return ops.silu(x) if self.act else x
 
     def fuse(self) -> None:
         """Fold the BatchNorm into the conv in place, with torch's fuse_conv_bn_weights arithmetic
@@ -189,7 +189,7 @@ class Detect(nn.Module):
         x1y1 = anchors - dist[..., :2]
         x2y2 = anchors + dist[..., 2:]
         xywh = mx.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * strides
-        return mx.concatenate([xywh, mx.sigmoid(mx.concatenate(scores, axis=1).astype(mx.float32))], axis=-1)
+        return mx.concatenate([xywh, ops.sigmoid(mx.concatenate(scores, axis=1).astype(mx.float32))], axis=-1)
 
 
 def _anchors(shapes: tuple[tuple[int, int], ...]) -> tuple[mx.array, mx.array]:
