@@ -25,6 +25,7 @@ import numpy as np
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import load_image
+from mlxnet.nn import fuse_conv_bn
 from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
 
 from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
@@ -59,22 +60,11 @@ class Conv(nn.Module):
         return ops.silu(x) if self.act else x
 
     def fuse(self) -> None:
-        """Fold the BatchNorm into the conv in place, with torch's fuse_conv_bn_weights arithmetic
-        (what ultralytics' predictor does), so fused outputs match ultralytics' fused model."""
-        if "bn" not in self:
-            return
-        bn = self.bn
-        dtype = self.conv.weight.dtype
-        g, b, mean, var = (np.asarray(a.astype(mx.float32)) for a in
-                           (bn.weight, bn.bias, bn.running_mean, bn.running_var))
-        inv_std = np.float32(1.0) / np.sqrt(var + np.float32(bn.eps))
-        w = np.asarray(self.conv.weight.astype(mx.float32)) * (g * inv_std)[:, None, None, None]
-        c2, k, _, c1 = self.conv.weight.shape
-        conv = nn.Conv2d(c1, c2, k, self.conv.stride, self.conv.padding, bias=True)
-        conv.weight = mx.array(w).astype(dtype)
-        conv.bias = mx.array((np.float32(0) - mean) * inv_std * g + b).astype(dtype)
-        self.conv = conv
-        del self["bn"]
+        """Fold the BatchNorm into the conv in place (torch's fuse_conv_bn_weights arithmetic, as
+        ultralytics' predictor does), so fused outputs match ultralytics' fused model."""
+        if "bn" in self:
+            self.conv = fuse_conv_bn(self.conv, self.bn)
+            del self["bn"]
 
 
 class Bottleneck(nn.Module):

@@ -133,3 +133,31 @@ def test_every_kernel_compiles_and_builds_once(gpu):
 
 def _leaves(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def test_frozen_batchnorm_and_fusing_match_torch_eval_bn():
+    import torch
+
+    from mlxnet.nn import FrozenBatchNorm2d, LayerNorm2d, fuse_conv_bn
+
+    rng = np.random.default_rng(0)
+    tconv = torch.nn.Conv2d(6, 8, 3, stride=2, padding=1, groups=2, bias=True)
+    tbn = torch.nn.BatchNorm2d(8, eps=1e-3).eval()
+    with torch.no_grad():
+        for p in (tbn.weight, tbn.bias, tbn.running_mean):
+            p.copy_(torch.from_numpy(rng.standard_normal(8).astype(np.float32)))
+        tbn.running_var.copy_(torch.from_numpy(rng.uniform(0.5, 2, 8).astype(np.float32)))
+    x = rng.standard_normal((2, 6, 9, 11)).astype(np.float32)
+    with torch.no_grad():
+        want = tbn(tconv(torch.from_numpy(x))).numpy().transpose(0, 2, 3, 1)
+    conv = mlxnet.nn.layers.nn.Conv2d(6, 8, 3, stride=2, padding=1, groups=2)
+    conv.weight = mx.array(tconv.weight.detach().numpy().transpose(0, 2, 3, 1))
+    conv.bias = mx.array(tconv.bias.detach().numpy())
+    bn = FrozenBatchNorm2d(8, eps=1e-3)
+    bn.load_weights([(k, mx.array(getattr(tbn, k).detach().numpy()))
+                     for k in ("weight", "bias", "running_mean", "running_var")])
+    assert bn.trainable_parameters() == {}
+    xm = mx.array(x.transpose(0, 2, 3, 1))
+    assert_close(bn(conv(xm)), want, scale=10)
+    assert_close(fuse_conv_bn(conv, bn)(xm), want, scale=10)
+    assert issubclass(LayerNorm2d, mlxnet.nn.LayerNorm)

@@ -11,6 +11,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ..errors import MlxnetError
+from .fold import fold_conv_bn
 from .hub import resolve_weights
 from .layout import from_torch_layout
 from .loading import check_weights, load_into
@@ -73,14 +74,10 @@ def fold_batchnorm(weights: Mapping[str, mx.array], spec: WeightSpec) -> dict[st
             missing = [f"{bn}.{p}" for p in _BN if f"{bn}.{p}" not in out]
             if missing:
                 raise MlxnetError(f"cannot fold {bn} into {conv}: missing {', '.join(missing)}")
-            gamma, beta, mean, var = (np.asarray(out.pop(f"{bn}.{p}").astype(mx.float32)) for p in _BN)
+            gamma, beta, mean, var = (out.pop(f"{bn}.{p}") for p in _BN)
             out.pop(f"{bn}.num_batches_tracked", None)
-            w = out[f"{conv}.weight"]
-            scale = gamma / np.sqrt(var + rule.eps)
-            bias = np.asarray(out[f"{conv}.bias"].astype(mx.float32)) if f"{conv}.bias" in out else 0.0
-            w32 = np.asarray(w.astype(mx.float32)) * scale.reshape((-1,) + (1,) * (w.ndim - 1))
-            out[f"{conv}.weight"] = mx.array(w32).astype(w.dtype)
-            out[f"{conv}.bias"] = mx.array(beta + (bias - mean) * scale).astype(w.dtype)
+            out[f"{conv}.weight"], out[f"{conv}.bias"] = fold_conv_bn(
+                out[f"{conv}.weight"], out.get(f"{conv}.bias"), gamma, beta, mean, var, rule.eps)
             hits += 1
         if not hits:
             raise MlxnetError(f"spec {spec.id!r}: fold rule {rule.conv!r} matches no weight")

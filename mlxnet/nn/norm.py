@@ -1,0 +1,48 @@
+"""Normalisation layers the model ports need beyond MLX's: SAM's LayerNorm2d and inference-mode
+(frozen) BatchNorm with conv folding."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..weights.fold import fold_conv_bn
+from .layers import LayerNorm
+
+
+class LayerNorm2d(LayerNorm):
+    """SAM's LayerNorm2d normalises each pixel over channels; in NHWC that is the last axis, so
+    it is :class:`LayerNorm` (through the registry's layer_norm kernel) under SAM's name."""
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """BatchNorm with fixed statistics and affine parameters (torchvision's FrozenBatchNorm2d).
+
+    Same parameter names as PyTorch's BatchNorm2d, so checkpoints load unchanged; nothing is
+    trainable, and the layer can be folded into the conv before it (:func:`fuse_conv_bn`).
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = mx.ones((num_features,))
+        self.bias = mx.zeros((num_features,))
+        self.running_mean = mx.zeros((num_features,))
+        self.running_var = mx.ones((num_features,))
+        self.freeze()
+
+    def unfreeze(self, *args, **kwargs) -> "FrozenBatchNorm2d":
+        return self  # frozen by definition
+
+    def __call__(self, x: mx.array) -> mx.array:
+        scale = self.weight * mx.rsqrt(self.running_var + self.eps)
+        return (x * scale + (self.bias - self.running_mean * scale)).astype(x.dtype)
+
+
+def fuse_conv_bn(conv: nn.Conv2d, bn: nn.Module) -> nn.Conv2d:
+    """A new conv computing ``bn(conv(x))`` in inference mode (BatchNorm or FrozenBatchNorm2d)."""
+    fused = nn.Conv2d(conv.weight.shape[-1] * conv.groups, conv.weight.shape[0], conv.weight.shape[1:3],
+                      stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
+                      groups=conv.groups, bias=True)
+    fused.weight, fused.bias = fold_conv_bn(conv.weight, conv.get("bias"), bn.weight, bn.bias,
+                                            bn.running_mean, bn.running_var, bn.eps)
+    return fused
