@@ -13,7 +13,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from mlxnet.nn import ConvTranspose2d, LayerNorm
+from mlxnet.nn import GELU, ConvTranspose2d, LayerNorm
 
 
 class PositionEmbeddingRandom(nn.Module):
@@ -59,8 +59,8 @@ class PromptEncoder(nn.Module):
         self.mask_input_size = (4 * image_embedding_size[0], 4 * image_embedding_size[1])
         c = mask_in_chans
         self.mask_downscaling = [
-            nn.Conv2d(1, c // 4, 2, stride=2), LayerNorm(c // 4, eps=1e-6), nn.GELU(),
-            nn.Conv2d(c // 4, c, 2, stride=2), LayerNorm(c, eps=1e-6), nn.GELU(),
+            nn.Conv2d(1, c // 4, 2, stride=2), LayerNorm(c // 4, eps=1e-6), GELU(),
+            nn.Conv2d(c // 4, c, 2, stride=2), LayerNorm(c, eps=1e-6), GELU(),
             nn.Conv2d(c, embed_dim, 1),
         ]
         self.no_mask_embed = nn.Embedding(1, embed_dim)
@@ -221,8 +221,8 @@ class MaskDecoder(nn.Module):
         self.mask_tokens = nn.Embedding(self.num_mask_tokens, transformer_dim)
         d = transformer_dim
         self.output_upscaling = [
-            ConvTranspose2d(d, d // 4, 2, stride=2), LayerNorm(d // 4, eps=1e-6), nn.GELU(),
-            ConvTranspose2d(d // 4, d // 8, 2, stride=2), nn.GELU(),
+            ConvTranspose2d(d, d // 4, 2, stride=2), LayerNorm(d // 4, eps=1e-6), GELU(),
+            ConvTranspose2d(d // 4, d // 8, 2, stride=2), GELU(),
         ]
         self.output_hypernetworks_mlps = [MLP(d, d, d // 8, 3) for _ in range(self.num_mask_tokens)]
         self.iou_prediction_head = MLP(d, iou_head_hidden_dim, self.num_mask_tokens, iou_head_depth)

@@ -16,7 +16,8 @@ import mlx.nn as nn
 import numpy as np
 
 from mlxnet.errors import MlxnetError
-from mlxnet.nn import LayerNorm
+from mlxnet import ops
+from mlxnet.nn import GELU, LayerNorm
 
 
 class Conv2dBN(nn.Module):
@@ -35,7 +36,7 @@ class Conv2dBN(nn.Module):
 class PatchEmbed(nn.Module):
     def __init__(self, in_chans: int, embed_dim: int) -> None:
         super().__init__()
-        self.seq = [Conv2dBN(in_chans, embed_dim // 2, 3, 2, 1), nn.GELU(),
+        self.seq = [Conv2dBN(in_chans, embed_dim // 2, 3, 2, 1), GELU(),
                     Conv2dBN(embed_dim // 2, embed_dim, 3, 2, 1)]
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -55,9 +56,9 @@ class MBConv(nn.Module):
         self.conv3 = Conv2dBN(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = nn.gelu(self.conv1(x))
-        y = nn.gelu(self.conv2(y))
-        return nn.gelu(self.conv3(y) + x)
+        y = ops.gelu(self.conv1(x))
+        y = ops.gelu(self.conv2(y))
+        return ops.gelu(self.conv3(y) + x)
 
 
 class PatchMerging(nn.Module):
@@ -70,8 +71,8 @@ class PatchMerging(nn.Module):
         self.conv3 = Conv2dBN(out_dim, out_dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        x = nn.gelu(self.conv1(x))
-        x = nn.gelu(self.conv2(x))
+        x = ops.gelu(self.conv1(x))
+        x = ops.gelu(self.conv2(x))
         return self.conv3(x)
 
 
@@ -119,7 +120,7 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.fc2(nn.gelu(self.fc1(self.norm(x))))
+        return self.fc2(ops.gelu(self.fc1(self.norm(x))))
 
 
 class TinyViTBlock(nn.Module):

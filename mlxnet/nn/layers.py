@@ -19,3 +19,17 @@ class LayerNorm(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         return ops.layer_norm(x, self.get("weight"), self.get("bias"), eps=self.eps)
+
+
+class GELU(nn.Module):
+    """GELU (erf form) through the registry: fast CPU reference, GPU kernel."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return ops.gelu(x)
+
+
+class SiLU(nn.Module):
+    """SiLU through the registry: fast CPU reference, GPU kernel."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return ops.silu(x)
