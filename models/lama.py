@@ -34,7 +34,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 import mlxnet
 from mlxnet.errors import MlxnetError
-from mlxnet.nn import ConvTranspose2d
+from mlxnet.nn import Conv2d, ConvTranspose2d
 from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec
 from mlxnet.weights.safetensors_io import as_dtype, is_safetensors
 
@@ -139,7 +139,7 @@ class FourierUnit(nn.Module):
 
     def __init__(self, channels: int) -> None:
         super().__init__()
-        self.conv_layer = nn.Conv2d(2 * channels, 2 * channels, 1, bias=False)
+        self.conv_layer = Conv2d(2 * channels, 2 * channels, 1, bias=False)
         self.bn = nn.BatchNorm(2 * channels)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -160,9 +160,9 @@ class SpectralTransform(nn.Module):
     def __init__(self, cin: int, cout: int) -> None:
         super().__init__()
         half = cout // 2
-        self.conv1 = [nn.Conv2d(cin, half, 1, bias=False), nn.BatchNorm(half), nn.ReLU()]
+        self.conv1 = [Conv2d(cin, half, 1, bias=False), nn.BatchNorm(half), nn.ReLU()]
         self.fu = FourierUnit(half)
-        self.conv2 = nn.Conv2d(half, cout, 1, bias=False)
+        self.conv2 = Conv2d(half, cout, 1, bias=False)
 
     def __call__(self, x: mx.array) -> mx.array:
         for layer in self.conv1:

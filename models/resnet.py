@@ -17,19 +17,19 @@ import numpy as np
 
 from mlxnet.errors import MlxnetError
 from mlxnet.image import center_crop, load_image, resize_pil
-from mlxnet.nn import AdaptiveAvgPool2d, MaxPool2d
+from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
 from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+def conv3x3(cin: int, cout: int, stride: int = 1) -> Conv2d:
+    return Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
 
 
-def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+def conv1x1(cin: int, cout: int, stride: int = 1) -> Conv2d:
+    return Conv2d(cin, cout, 1, stride=stride, bias=False)
 
 
 class BasicBlock(nn.Module):
@@ -100,7 +100,7 @@ CONFIGS = {
 class ResNet(nn.Module):
     def __init__(self, config: ResNetConfig, num_classes: int = 1000) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.conv1 = Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm(64)
         self.maxpool = MaxPool2d(3, stride=2, padding=1)
         cin = 64

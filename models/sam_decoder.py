@@ -13,7 +13,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from mlxnet.nn import GELU, ConvTranspose2d, LayerNorm
+from mlxnet.nn import GELU, Conv2d, ConvTranspose2d, LayerNorm
 
 
 class PositionEmbeddingRandom(nn.Module):
@@ -59,9 +59,9 @@ class PromptEncoder(nn.Module):
         self.mask_input_size = (4 * image_embedding_size[0], 4 * image_embedding_size[1])
         c = mask_in_chans
         self.mask_downscaling = [
-            nn.Conv2d(1, c // 4, 2, stride=2), LayerNorm(c // 4, eps=1e-6), GELU(),
-            nn.Conv2d(c // 4, c, 2, stride=2), LayerNorm(c, eps=1e-6), GELU(),
-            nn.Conv2d(c, embed_dim, 1),
+            Conv2d(1, c // 4, 2, stride=2), LayerNorm(c // 4, eps=1e-6), GELU(),
+            Conv2d(c // 4, c, 2, stride=2), LayerNorm(c, eps=1e-6), GELU(),
+            Conv2d(c, embed_dim, 1),
         ]
         self.no_mask_embed = nn.Embedding(1, embed_dim)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxnet.errors import MlxnetError
 from mlxnet import ops
-from mlxnet.nn import GELU, LayerNorm
+from mlxnet.nn import GELU, Conv2d, LayerNorm
 
 
 class Conv2dBN(nn.Module):
@@ -26,7 +26,7 @@ class Conv2dBN(nn.Module):
     def __init__(self, cin: int, cout: int, ks: int = 1, stride: int = 1, pad: int = 0,
                  groups: int = 1) -> None:
         super().__init__()
-        self.c = nn.Conv2d(cin, cout, ks, stride, pad, groups=groups, bias=False)
+        self.c = Conv2d(cin, cout, ks, stride, pad, groups=groups, bias=False)
         self.bn = nn.BatchNorm(cout)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -197,8 +197,8 @@ class TinyViT(nn.Module):
             out_dim = embed_dims[i + 1] if i < n - 1 else None
             self.layers.append(BasicLayer(embed_dims[i], depths[i], num_heads[i], window_sizes[i],
                                           out_dim, mlp_ratio))
-        self.neck = [nn.Conv2d(embed_dims[-1], out_chans, 1, bias=False), LayerNorm(out_chans, eps=1e-6),
-                     nn.Conv2d(out_chans, out_chans, 3, padding=1, bias=False), LayerNorm(out_chans, eps=1e-6)]
+        self.neck = [Conv2d(embed_dims[-1], out_chans, 1, bias=False), LayerNorm(out_chans, eps=1e-6),
+                     Conv2d(out_chans, out_chans, 3, padding=1, bias=False), LayerNorm(out_chans, eps=1e-6)]
 
     def __call__(self, x: mx.array, return_stages: bool = False) -> mx.array | list[mx.array]:
         if x.ndim != 4 or x.shape[-1] != 3:

@@ -25,7 +25,7 @@ import numpy as np
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import load_image
-from mlxnet.nn import fuse_conv_bn
+from mlxnet.nn import Conv2d, fuse_conv_bn
 from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
 
 from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
@@ -48,7 +48,7 @@ class Conv(nn.Module):
 
     def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, act: bool = True, fold_bn: bool = False) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(c1, c2, k, s, padding=k // 2, bias=fold_bn)
+        self.conv = Conv2d(c1, c2, k, s, padding=k // 2, bias=fold_bn)
         if not fold_bn:
             self.bn = nn.BatchNorm(c2, eps=BN_EPS)
         self.act = act
@@ -134,7 +134,7 @@ class DFL(nn.Module):
 
     def __init__(self, bins: int = REG_MAX) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(bins, 1, 1, bias=False)
+        self.conv = Conv2d(bins, 1, 1, bias=False)
         self.conv.weight = mx.arange(bins, dtype=mx.float32).reshape(1, 1, 1, bins)
         self.bins = bins
 
@@ -157,9 +157,9 @@ class Detect(nn.Module):
         super().__init__()
         self.nc = nc
         c2, c3 = max(16, ch[0] // 4, REG_MAX * 4), max(ch[0], min(nc, 100))
-        self.cv2 = [[Conv(x, c2, 3, fold_bn=fold_bn), Conv(c2, c2, 3, fold_bn=fold_bn), nn.Conv2d(c2, 4 * REG_MAX, 1)]
+        self.cv2 = [[Conv(x, c2, 3, fold_bn=fold_bn), Conv(c2, c2, 3, fold_bn=fold_bn), Conv2d(c2, 4 * REG_MAX, 1)]
                     for x in ch]
-        self.cv3 = [[Conv(x, c3, 3, fold_bn=fold_bn), Conv(c3, c3, 3, fold_bn=fold_bn), nn.Conv2d(c3, nc, 1)]
+        self.cv3 = [[Conv(x, c3, 3, fold_bn=fold_bn), Conv(c3, c3, 3, fold_bn=fold_bn), Conv2d(c3, nc, 1)]
                     for x in ch]
         self.dfl = DFL(REG_MAX)
 

@@ -33,3 +33,12 @@ class SiLU(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         return ops.silu(x)
+
+
+class Conv2d(nn.Conv2d):
+    """``mlx.nn.Conv2d`` (same parameters, init and keys) computed by mlxnet's conv2d op, which
+    takes faster formulations for 1×1 and depthwise convolutions."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return ops.conv2d(x, self.weight, self.get("bias"), stride=self.stride,
+                          padding=self.padding, dilation=self.dilation, groups=self.groups)

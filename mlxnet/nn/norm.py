@@ -6,7 +6,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..weights.fold import fold_conv_bn
-from .layers import LayerNorm
+from .layers import Conv2d, LayerNorm
 
 
 class LayerNorm2d(LayerNorm):
@@ -38,9 +38,9 @@ class FrozenBatchNorm2d(nn.Module):
         return (x * scale + (self.bias - self.running_mean * scale)).astype(x.dtype)
 
 
-def fuse_conv_bn(conv: nn.Conv2d, bn: nn.Module) -> nn.Conv2d:
+def fuse_conv_bn(conv: nn.Conv2d, bn: nn.Module) -> Conv2d:
     """A new conv computing ``bn(conv(x))`` in inference mode (BatchNorm or FrozenBatchNorm2d)."""
-    fused = nn.Conv2d(conv.weight.shape[-1] * conv.groups, conv.weight.shape[0], conv.weight.shape[1:3],
+    fused = Conv2d(conv.weight.shape[-1] * conv.groups, conv.weight.shape[0], conv.weight.shape[1:3],
                       stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
                       groups=conv.groups, bias=True)
     fused.weight, fused.bias = fold_conv_bn(conv.weight, conv.get("bias"), bn.weight, bn.bias,

@@ -1,0 +1,53 @@
+"""conv2d op (1×1 as GEMM, depthwise as shifted multiply-adds, else mx.conv2d) against PyTorch."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+
+import mlxnet
+from mlxnet import ops
+from testutil import assert_close
+
+CASES = [  # (input NHWC, C_out, kernel, stride, padding, dilation, groups)
+    ((2, 9, 11, 8), 8, 3, 1, 1, 1, 8),      # depthwise
+    ((1, 10, 10, 16), 16, 5, 2, 2, 1, 16),  # depthwise, strided, 5×5
+    ((1, 10, 12, 16), 16, 3, 1, 2, 2, 16),  # depthwise, dilated
+    ((2, 8, 8, 12), 6, 1, 1, 0, 1, 1),      # 1×1 → GEMM
+    ((2, 9, 9, 12), 6, 1, 2, 0, 1, 1),      # strided 1×1
+    ((1, 8, 8, 12), 6, 3, 1, 1, 1, 3),      # grouped → mx.conv2d
+    ((1, 7, 9, 5), 4, 3, 2, 1, 1, 1),       # plain → mx.conv2d
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_matches_torch_forward_and_backward(case, dtype):
+    shape, c_out, k, s, p, d, g = case
+    rng = np.random.default_rng(sum(shape) + k)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c_out, k, k, shape[-1] // g)).astype(np.float32)
+    b = rng.standard_normal(c_out).astype(np.float32)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), b))
+    ty = torch.nn.functional.conv2d(tx, tw, tb, stride=s, padding=p, dilation=d, groups=g)
+    probe = rng.standard_normal(ty.shape).astype(np.float32)
+    (ty * torch.from_numpy(probe)).sum().backward()
+    kw = dict(stride=s, padding=p, dilation=d, groups=g)
+    args = [mx.array(a).astype(dtype) for a in (x, w, b)]
+    with mlxnet.use_device("cpu"):
+        y = ops.conv2d(*args, **kw)
+        grads = mx.grad(lambda *a: (ops.conv2d(*a, **kw).astype(mx.float32)
+                                    * mx.array(probe.transpose(0, 2, 3, 1))).sum(), argnums=(0, 1, 2))(*args)
+    scale = 4 if dtype == mx.float32 else 8
+    assert_close(y, ty.detach().numpy().transpose(0, 2, 3, 1), dtype, scale)
+    assert_close(grads[0], tx.grad.numpy().transpose(0, 2, 3, 1), dtype, scale)
+    assert_close(grads[1], tw.grad.numpy().transpose(0, 2, 3, 1), dtype, scale)
+    assert_close(grads[2], tb.grad.numpy(), dtype, scale)
+
+
+def test_layer_keeps_mlx_parameter_names_and_bad_groups_error():
+    layer = mlxnet.nn.Conv2d(6, 4, 3, padding=1)
+    assert set(layer.parameters()) == {"weight", "bias"} and layer.weight.shape == (4, 3, 3, 6)
+    with pytest.raises(mlxnet.MlxnetError, match=r"conv2d: weight \(4, 3, 3, 6\) with groups=1 does not fit an input of 5"):
+        layer(mx.zeros((1, 4, 4, 5)))
