@@ -185,9 +185,9 @@ def _convt_cases() -> list[Case]:
         methods = {"dispatch" if on_gpu else "reference": getattr(ops, f"conv_transpose{nd}d")}
         if on_gpu:  # the forward methods the GPU dispatcher picks from
             for m, impl in conv_transpose_gpu.FORWARD.items():
-                methods[m] = (lambda impl: lambda x, w, b, **kw: _run(
+                methods[m] = (lambda impl, nd: lambda x, w, b, **kw: _run(
                     nd, impl, x, w, b, kw["stride"], kw["padding"], kw["output_padding"], 1,
-                    kw["groups"]))(impl)
+                    kw["groups"]))(impl, nd)  # bind nd now: the loop moves on
         for m, fn in methods.items():
             cases.append(Case(
                 "conv_transpose", f"{name} [{m}]", _convt_setup(shape, c_out, k, g),
