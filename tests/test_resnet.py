@@ -73,7 +73,9 @@ def test_matches_torchvision_on_gpu_with_kernels(gpu, name, golden):
     model = seeded_model(name)
     assert mlxnet.ops.get("max_pool2d").uses_kernel()
     logits = model(mx.array(golden["input_nchw"].transpose(0, 2, 3, 1)))
-    assert_close(logits, golden[f"{name}.logits"], mx.float32, scale=20)
+    # MLX's CUDA convolutions and GEMMs run float32 as TF32 (10-bit mantissa): ~1e-3 relative
+    # after 50 layers was seen on an H100, so 1e-2 there; Metal keeps float32's 2e-4.
+    assert_close(logits, golden[f"{name}.logits"], mx.float32, scale=1000 if gpu == "cuda" else 20)
 
 
 def test_preprocess_follows_torchvision_resize_and_crop():
