@@ -140,3 +140,26 @@ def test_cli_check_json_and_exit_codes(tmp_path):
     assert report["passed"] and len(report["layers"]) > 20
     out = subprocess.run([sys.executable, "-m", "mlxnet", "check", "nosuchmodel"], capture_output=True, text=True)
     assert out.returncode == 1 and out.stderr.startswith("error: unknown model 'nosuchmodel'")
+
+
+@pytest.mark.parametrize("name, dtype", [("yolov8n", "float32"), ("lama-fourier", "float16")])
+def test_cli_check_covers_the_model_ports(name, dtype):
+    out = subprocess.run([sys.executable, "-m", "mlxnet", "check", name, "--json", "--size", "64",
+                          "--dtype", dtype], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["passed"] and report["dtype"] == dtype and len(report["layers"]) > 100
+
+
+def test_cli_check_locates_float16_underflow():
+    """Default-initialised YOLOv8n on a 64² input: activations shrink towards ~1e-11, below
+    float16's range. Precision fails first (subnormals), then outputs flush to zero; check names
+    the first loss of precision, earlier than the first all-zero layer."""
+    out = subprocess.run([sys.executable, "-m", "mlxnet", "check", "yolov8n", "--json", "--size", "64",
+                          "--dtype", "float16"], capture_output=True, text=True)
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    paths = [l["path"] for l in report["layers"]]
+    zero = next(l["path"] for l in report["layers"] if "all-zero" in l["flags"])
+    assert report["first_failure"].startswith("model.")
+    assert paths.index(report["first_failure"]) < paths.index(zero)
