@@ -13,6 +13,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlxnet import ops
 from mlxnet.nn import GELU, Conv2d, ConvTranspose2d, LayerNorm
 
 
@@ -129,7 +130,7 @@ class Attention(nn.Module):
 
     def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=q.shape[-1] ** -0.5)
+        out = ops.scaled_dot_product_attention(q, k, v, scale=q.shape[-1] ** -0.5)
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 

@@ -108,7 +108,7 @@ class Attention(nn.Module):
         # Channels are grouped per head as (q, k, v), as in the checkpoint.
         q, k, v = mx.split(qkv.transpose(0, 2, 1, 3), 3, axis=-1)
         bias = self.attention_biases[:, self._bias_idxs].astype(x.dtype)[None]
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=bias)
+        out = ops.scaled_dot_product_attention(q, k, v, bias, scale=self.scale)
         return self.proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 

@@ -28,7 +28,8 @@ def test_ops_lists_every_registered_op():
     for name, op in mlxnet.ops.REGISTRY.items():
         line = next(l for l in out.stdout.splitlines() if f" {name} " in l)
         assert "reference" in line
-        assert ("kernel" in line) == op.has_kernel
+        assert ("kernel" in line) == bool(op.sources)
+        assert ("MLX built-in" in line) == (op.has_kernel and not op.sources)
 
 
 @pytest.mark.parametrize("cmd", [[], ["info"], ["ops"]])
