@@ -33,6 +33,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 import mlxnet
+from mlxnet import ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import Conv2d, ConvTranspose2d
 from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec
@@ -58,11 +59,11 @@ def conv2d(x: mx.array, weight: mx.array, stride: int = 1) -> mx.array:
     out_h, out_w = (h - k) // stride + 1, (w - k) // stride + 1
     row_bytes = n * out_w * k * k * c * 4
     if mlxnet.backend() != "cpu" or out_h * row_bytes <= _CPU_UNFOLD_BUDGET:
-        return mx.conv2d(x, weight, stride=stride)
+        return ops.conv2d(x, weight, stride=stride)
     rows = max(1, _CPU_UNFOLD_BUDGET // row_bytes)
     bands = []
     for r in range(0, out_h, rows):
-        bands.append(mx.conv2d(x[:, r * stride:(min(r + rows, out_h) - 1) * stride + k], weight, stride=stride))
+        bands.append(ops.conv2d(x[:, r * stride:(min(r + rows, out_h) - 1) * stride + k], weight, stride=stride))
         # Evaluated one by one: MLX allocates an op's unfold buffer when it schedules the op and
         # keeps up to 10 ops in flight, so lazily built bands would all hold theirs at once.
         mx.eval(bands[-1])
@@ -148,7 +149,7 @@ class FourierUnit(nn.Module):
         # Channel 2c+0 is the real part of input channel c, 2c+1 its imaginary part (the
         # reference's stack(-1) + permute + view).
         f = mx.stack([f.real, f.imag], axis=-1).reshape(n, h, f.shape[2], 2 * c)
-        f = mx.conv2d(f, self.conv_layer.weight.astype(mx.float32))
+        f = ops.conv2d(f, self.conv_layer.weight.astype(mx.float32))
         f = nn.relu(self.bn(f)).reshape(n, h, f.shape[2], c, 2)
         y = mx.fft.irfft2(f[..., 0] + 1j * f[..., 1], s=(h, w), axes=(1, 2), norm="ortho")
         return y.astype(x.dtype)

@@ -17,6 +17,8 @@ CASES = [  # (input NHWC, C_out, kernel, stride, padding, dilation, groups)
     ((2, 8, 8, 12), 6, 1, 1, 0, 1, 1),      # 1×1 → GEMM
     ((2, 9, 9, 12), 6, 1, 2, 0, 1, 1),      # strided 1×1
     ((1, 8, 8, 12), 6, 3, 1, 1, 1, 3),      # grouped → mx.conv2d
+    ((1, 11, 9, 16), 3, 7, 1, 3, 1, 1),     # few outputs → GEMM over taps, shifted sums
+    ((2, 10, 10, 16), 2, 3, 1, 2, 2, 1),    # the same, dilated
     ((1, 7, 9, 5), 4, 3, 2, 1, 1, 1),       # plain → mx.conv2d
 ]
 

@@ -4,6 +4,8 @@ Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
 - 1×1 conv 256→64: mx.conv2d 83 ms, the same product as one matmul 8.7 ms.
 - depthwise 3×3, 256 channels: mx.conv2d 357 ms, fused shifted multiply-adds 138 ms
   (PyTorch: 65 ms).
+- few output channels (LaMa's last conv, 7×7, 64→3 on 512²): mx.conv2d unfolds 49×64 values
+  per pixel (1.9 s); one GEMM to 49×3 values per pixel, then 49 shifted adds: ~60 ms.
 Everything else runs mx.conv2d, which is already im2col + GEMM. On GPUs the op runs MLX's
 own convolution (cuDNN / Metal's), as the models did before these CPU paths existed.
 """
@@ -47,6 +49,20 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
     return y if bias is None else y + bias
 
 
+def _taps_then_shift(xp: mx.array, weight: mx.array, dilation: Pair, out: Pair) -> mx.array:
+    """Stride-1 conv as xp @ W for every tap at once, then the taps' shifted maps summed."""
+    n, hp, wp, c = xp.shape
+    c_out, kh, kw, _ = weight.shape
+    z = (xp.reshape(-1, c) @ weight.transpose(3, 1, 2, 0).reshape(c, -1)).reshape(n, hp, wp, kh, kw, c_out)
+    (dh, dw), (oh, ow) = dilation, out
+    acc = None
+    for i in range(kh):
+        for j in range(kw):
+            term = z[:, i * dh: i * dh + oh, j * dw: j * dw + ow, i, j, :]
+            acc = term if acc is None else acc + term
+    return acc
+
+
 def _example() -> tuple[tuple, dict]:
     x = mx.random.normal((2, 9, 11, 8))
     return (x, mx.random.normal((8, 3, 3, 1)), mx.random.normal((8,))), {"padding": 1, "groups": 8}
@@ -71,6 +87,9 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     elif groups == c == c_out and c_in_g == 1:
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _depthwise((kh, kw), stride, dilation, (oh, ow))(xp, weight)
+    elif groups == 1 and stride == (1, 1) and (kh, kw) != (1, 1) and 4 * c_out <= c:
+        xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
+        y = _taps_then_shift(xp, weight, dilation, (oh, ow))
     else:
         y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     return y if bias is None else y + bias
