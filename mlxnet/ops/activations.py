@@ -78,8 +78,18 @@ def _example() -> tuple[tuple, dict]:
     return (mx.random.normal((2, 9, 7, 33)) * 4,), {}
 
 
+# MLX's CPU fusion splits these expressions into several kernels (at the exponent-bit view and
+# the floor), each a full pass over memory: 20 ns an element on a 16M-element map, 7 ns when
+# the same work runs in cache-sized pieces (measured: 2^15-element chunks were best).
+_CHUNK = 1 << 15
+
+
 def _in_float32(fn, x: mx.array) -> mx.array:
-    return fn(x.astype(mx.float32)).astype(x.dtype)
+    flat = x.reshape(-1).astype(mx.float32)
+    if flat.size <= 4 * _CHUNK:
+        return fn(flat).reshape(x.shape).astype(x.dtype)
+    parts = [fn(flat[i:i + _CHUNK]) for i in range(0, flat.size, _CHUNK)]
+    return mx.concatenate(parts).reshape(x.shape).astype(x.dtype)
 
 
 _silu_kernel, _SILU = _elementwise_kernel("silu")
