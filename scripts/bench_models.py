@@ -151,8 +151,23 @@ def yolo_entry(scale: str, size: int = 640) -> Callable[[str], Bench]:
                 with torch.no_grad():
                     tmodel(tx)
             return run_mlx, run_torch, "ultralytics DetectionModel (fused)"
-        except ImportError:
-            return run_mlx, None, "ultralytics not importable here"
+        except ImportError:  # ultralytics needs torchvision: time the same network in plain torch
+            import sys
+            from pathlib import Path
+
+            import torch
+
+            sys.path.insert(0, str(Path(__file__).parent))
+            import yolo_torch
+
+            dev = torch_device(device)
+            tmodel = yolo_torch.YOLOv8(scale).eval().to(dev)
+            tx = torch.rand(1, 3, size, size, device=dev)
+
+            def run_plain():
+                with torch.no_grad():
+                    tmodel(tx)
+            return run_mlx, run_plain, "same network in plain torch (scripts/yolo_torch.py; ultralytics unavailable)"
     return build
 
 
