@@ -146,3 +146,17 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
         draw.rectangle([x1, top, x1 + (tx1 - tx0) + 4, top + (ty1 - ty0) + 4], fill=colour)
         draw.text((x1 + 2, top + 1), label, fill=(255, 255, 255))
     return np.asarray(pil)
+
+
+def draw_prompts(image: np.ndarray, points: np.ndarray | None, labels: np.ndarray | None,
+                 box: np.ndarray | None) -> np.ndarray:
+    """Mark prompt points (green: foreground, red: background) and an xyxy box on a copy."""
+    pil = Image.fromarray(image.copy())
+    draw = ImageDraw.Draw(pil)
+    r = max(3, round(max(image.shape[:2]) / 150))
+    if box is not None:
+        draw.rectangle(np.asarray(box, dtype=np.float64).tolist(), outline=(0, 255, 0), width=max(2, r // 2))
+    for (x, y), lab in zip(points if points is not None else [], labels if labels is not None else []):
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=(0, 200, 0) if lab == 1 else (230, 0, 0),
+                     outline=(255, 255, 255))
+    return np.asarray(pil)

@@ -54,21 +54,6 @@ def mask_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}.mask{output.suffix}")
 
 
-def _mark_prompts(image: np.ndarray, coords: np.ndarray | None, labels: np.ndarray | None,
-                  box: np.ndarray | None) -> np.ndarray:
-    from PIL import Image, ImageDraw
-
-    pil = Image.fromarray(image)
-    draw = ImageDraw.Draw(pil)
-    r = max(3, round(max(image.shape[:2]) / 150))
-    if box is not None:
-        draw.rectangle(box.tolist(), outline=(0, 255, 0), width=max(2, r // 2))
-    for (x, y), lab in zip(coords if coords is not None else [], labels if labels is not None else []):
-        draw.ellipse([x - r, y - r, x + r, y + r], fill=(0, 200, 0) if lab == 1 else (230, 0, 0),
-                     outline=(255, 255, 255))
-    return np.asarray(pil)
-
-
 def segment(
     image: str = typer.Argument(..., help="Image file (any format Pillow reads)."),
     output: Path = typer.Option(..., "--output", "-o", help="Overlay image to write; the mask goes to OUT.mask.png."),
@@ -91,7 +76,7 @@ def segment(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Segment an object from point/box prompts, or everything with --everything."""
-    from mlxnet.image import check_output_path, load_image, overlay_masks, save_image
+    from mlxnet.image import check_output_path, draw_prompts, load_image, overlay_masks, save_image
     from mlxnet.models import sam
 
     if everything and (point or box or label):
@@ -131,7 +116,7 @@ def segment(
         multi = multimask if multimask is not None else (box_arr is None and coords is not None and len(coords) == 1)
         masks, scores, _ = predictor.predict(coords, labels, box_arr, multimask_output=multi)
         best = int(np.argmax(scores))
-        overlay = _mark_prompts(overlay_masks(pixels, [masks[best]]), coords, labels, box_arr)
+        overlay = draw_prompts(overlay_masks(pixels, [masks[best]]), coords, labels, box_arr)
         mask_image = masks[best].astype(np.uint8) * 255
         result = {"mode": "prompt", "best": best, "masks": [
             {"score": float(s), "area": int(m.sum())} for s, m in zip(scores, masks)]}
