@@ -1,10 +1,11 @@
 """The one registry of ops, and the dispatcher that picks kernel or reference per call.
 
 Every op has an MLX-composed reference (runs anywhere, differentiable by MLX) and may have
-a portable custom kernel. At each call the dispatcher reads the live back end: on a GPU
-with kernels enabled it runs the kernel, wrapped in ``mx.custom_function`` so gradients
-flow (through the op's own backward kernel when it has one, else through MLX autodiff of
-the reference); otherwise it runs the reference.
+a GPU path (``kernel``): a portable custom kernel from ``custom_kernels/`` (listed in
+``sources``), or, where measured faster, MLX's own fused op. At each call the dispatcher
+reads the live back end: on a GPU with kernels enabled it runs that path, wrapped in
+``mx.custom_function`` so gradients flow (through the op's own backward kernel when it has
+one, else through MLX autodiff of the reference); otherwise it runs the reference.
 """
 from __future__ import annotations
 
