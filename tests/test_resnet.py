@@ -155,3 +155,21 @@ def test_classify_cli_loads_hub_weights_offline(tmp_path):
     assert "do not fit" in out.stderr and "more (--debug shows all)" in out.stderr
     out = run("classify", str(tmp_path / "nope.jpg"), "--model", "resnet18")
     assert out.returncode == 1 and "no such image file" in out.stderr
+
+
+def test_torchvision_pth_state_dict_loads_through_the_safe_reader(tmp_path, golden):
+    """A torchvision-style .pth (torch.save of the state dict, with num_batches_tracked) loads by
+    path through the weights module's key table and gives torchvision's logits."""
+    import torch
+
+    weights = seeded_state_dict(torch_shapes(resnet.resnet("resnet18")), SEED)
+    state = {k: torch.from_numpy(v) for k, v in weights.items()}
+    state.update({k.rsplit(".", 1)[0] + ".num_batches_tracked": torch.tensor(7)
+                  for k in weights if k.endswith("running_mean")})
+    torch.save(state, tmp_path / "resnet18.pth")
+    net = resnet.from_pretrained(str(tmp_path / "resnet18.pth"), model="resnet18")
+    with mlxnet.use_device("cpu"):
+        logits = net(mx.array(golden["input_nchw"].transpose(0, 2, 3, 1)))
+    assert_close(logits, golden["resnet18.logits"], mx.float32, scale=20)
+    with pytest.raises(mlxnet.MlxnetError, match="cannot tell which ResNet"):
+        resnet.from_pretrained(str(tmp_path / "resnet18.pth"))
