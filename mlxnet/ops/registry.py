@@ -32,7 +32,6 @@ class Op:
     sources: tuple[PortableKernel, ...] = ()
     # Returns (args, kwargs) of a small call; used by tests and `mlxnet ops` checks.
     example: Callable[[], tuple[tuple, dict]] | None = None
-    doc: str = ""
     dispatch: OpFn = field(init=False, repr=False)
 
     @property
@@ -99,8 +98,7 @@ def register(
     def decorate(reference: OpFn) -> OpFn:
         if name in REGISTRY:
             raise MlxnetError(f"op {name!r} is registered twice")
-        op = Op(name, reference, kernel, kernel_vjp, sources, example,
-                (reference.__doc__ or "").strip().splitlines()[0] if reference.__doc__ else "")
+        op = Op(name, reference, kernel, kernel_vjp, sources, example)
 
         @functools.wraps(reference)
         def dispatch(*args: Any, **params: Any) -> Any:
