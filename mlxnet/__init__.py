@@ -1,11 +1,13 @@
 """mlxnet: neural networks on Apple's MLX, every op on every back end.
 
-Importing mlxnet binds an optimised BLAS on Linux (before ``mlx.core`` loads) and picks the
-process's one default device (see :mod:`mlxnet.device`).
+Importing mlxnet binds an optimised BLAS on Linux (before ``mlx.core`` loads), keeps freed
+memory for reuse on glibc (see :mod:`mlxnet._malloc`) and picks the process's one default
+device (see :mod:`mlxnet.device`).
 """
-from . import _blas
+from . import _blas, _malloc
 
 _blas.bind()
+_malloc.configure()
 
 from .device import (  # noqa: E402  (after the BLAS binding, by design)
     available_devices,
@@ -24,8 +26,9 @@ from . import nn, ops  # noqa: E402
 
 __version__ = "0.1.0"
 blas_info = _blas.blas_info
+malloc_info = _malloc.malloc_info
 
 __all__ = [
     "MlxnetError", "available_devices", "backend", "blas_info", "current_device",
-    "kernels_enabled", "nn", "ops", "use_device", "use_kernels", "__version__",
+    "kernels_enabled", "malloc_info", "nn", "ops", "use_device", "use_kernels", "__version__",
 ]

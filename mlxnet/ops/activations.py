@@ -1,74 +1,122 @@
-"""Activations: SiLU, sigmoid, GELU (erf form).
+"""Activations: SiLU, sigmoid, GELU (erf form), and the CPU exp they are built on.
 
-MLX's Linux CPU back end evaluates exp/erf/tanh one scalar at a time (~17 ns an element:
-SiLU was 60% of YOLOv8's CPU time). The references therefore build exp from arithmetic
-(Cephes-style range reduction, 2^n by exponent bits, |rel err| < 1e-7) and let
-``mx.compile`` fuse the whole expression: ~8× faster on the CPU. On GPUs a plain
-elementwise kernel with the native exp runs instead.
+MLX's Linux CPU back end evaluates exp/erf/tanh one scalar at a time (~17 ns an element;
+SiLU was 60% of YOLOv8's CPU time). What it does fast is ``mx.compile``: a chain of
+elementwise ops becomes one generated C++ loop that g++ vectorises. That fusion stops at a
+bit-cast (``view``), after a chain 11 ops deep, and at values shared with ops outside the
+chain; ``floor``, ``where`` and float ``clip`` mixed with int ops do not vectorise. So the
+references compute exp(z) = p(r)·2^n in explicit, shallow passes, each one fused loop:
+
+1. z, clipped to |z| ≤ 1e6 (exp is 0 or inf there already; it keeps r finite for any input);
+2. the float32 bits of 2^n, n = round(z·log2 e) (rounded by adding and subtracting
+   1.5·2^23, clamped so that 2^n is 0 or inf outside float32's range);
+3. r = z − n·ln2 (n recomputed by the same float ops, so it is the same n), the Cephes
+   polynomial p(r) by Estrin's scheme (shallow), times 2^n, and the activation around it.
+
+|rel err| of exp < 2.5e-7. Measured on a 2-core x86-64, 1.6M elements: SiLU ~2.5 ms
+(MLX's own x·sigmoid(x): 37 ms; the earlier single-expression version: 7 ms). On GPUs a
+plain elementwise kernel with the native exp runs.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import mlx.core as mx
 
-from .kernel_source import PortableKernel
+from .kernel_source import PortableKernel, int_params
 from .registry import register
 
 _LOG2E = 1.4426950408889634
-_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-             1.6666665459e-1, 5.0000001201e-1)
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = HI + LO, n·HI exact for |n| < 2^15
+_C0, _C1, _C2, _C3, _C4, _C5 = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_ROUND = 12582912.0  # 1.5·2^23: (v + _ROUND) − _ROUND is v rounded to an integer, |v| < 2^22
 _ERF_P = 0.3275911
 _ERF_A = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+_SQRT_HALF = 0.70710678118654752
 
 
-def _exp(x: mx.array) -> mx.array:
-    """exp for float32 from + - × only: x = n·ln2 + r, exp(r) by polynomial, 2^n by bits.
+def _round_log2(z: mx.array) -> mx.array:
+    # n is piecewise constant in z: no gradient flows through it.
+    return mx.stop_gradient((z * _LOG2E + _ROUND) - _ROUND)
 
-    Saturates at exp(88.37) ≈ 2.4e38 (n stays ≤ 127, a normal exponent) instead of overflowing
-    to inf at 88.72, and at exp(-87.3) below: the activations built on it never need more.
+
+def _pow2_bits(z: mx.array) -> mx.array:
+    """int32 bits of 2^n as a float32: n ≤ −127 gives 0.0, n ≥ 128 gives inf."""
+    n = mx.clip(_round_log2(z).astype(mx.int32), -127, 128)
+    return mx.left_shift(n + 127, 23)
+
+
+def _exp_given_pow2(z: mx.array, two: mx.array) -> mx.array:
+    n = _round_log2(z)
+    r = (z - n * _LN2_HI) - n * _LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    q = r4 * (_C0 * r + _C1) + (r2 * (_C2 * r + _C3) + (_C4 * r + _C5))
+    return (r2 * q + (1.0 + r)) * two
+
+
+def _with_exp(z_of: Callable[..., mx.array],
+              finish: Callable[..., mx.array]) -> Callable[..., mx.array]:
+    """f(*xs) = finish(*xs, exp(z_of(*xs))) in float32, cast back to the first input's dtype.
+
+    Three fused passes: z (z_of must keep |z| ≤ 1e6, where exp is already 0 or inf, so that
+    r stays finite for any input, ±inf included), the bits of 2^n, then exp and ``finish``.
     """
-    x = mx.clip(x, -87.3, 88.37)
-    n = mx.stop_gradient(mx.floor(x * _LOG2E + 0.5))  # piecewise constant: no gradient
-    r = x - n * _LN2_HI - n * _LN2_LO
-    p = _EXP_POLY[0]
-    for c in _EXP_POLY[1:]:
-        p = p * r + c
-    p = p * r * r + r + 1.0
-    two_n = mx.stop_gradient(mx.left_shift(n.astype(mx.int32) + 127, 23).view(mx.float32))
-    return p * two_n
+    def f32(xs: tuple) -> tuple:
+        return tuple(x.astype(mx.float32) for x in xs)
+
+    z_pass = mx.compile(lambda *xs: z_of(*f32(xs)))
+
+    def finish_pass(z: mx.array, two: mx.array, *xs: mx.array) -> mx.array:
+        return finish(*f32(xs), _exp_given_pow2(z, two)).astype(xs[0].dtype)
+    last = mx.compile(finish_pass)
+
+    def run(*xs: mx.array) -> mx.array:
+        z = z_pass(*xs)
+        two = mx.stop_gradient(_pow2_pass(z).view(mx.float32))
+        return last(z, two, *xs)
+    return run
 
 
-def _erf(x: mx.array) -> mx.array:
-    """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as the kernel computes it."""
-    a = mx.abs(x)
-    t = 1.0 / (1.0 + _ERF_P * a)
-    poly = _ERF_A[0]
-    for c in _ERF_A[1:]:
-        poly = poly * t + c
-    y = 1.0 - poly * t * _exp(-a * a)
-    return mx.where(x < 0, -y, y)
+_pow2_pass = mx.compile(_pow2_bits)
+_Z_LIMIT = 1e6
+
+
+def _negated(x: mx.array) -> mx.array:
+    return -mx.clip(x, -_Z_LIMIT, _Z_LIMIT)
+
+
+_silu_f32 = _with_exp(_negated, lambda x, e: x / (1.0 + e))
+_sigmoid_f32 = _with_exp(_negated, lambda x, e: 1.0 / (1.0 + e))
+# exp(−x²/2), for GELU
+_gauss = _with_exp(lambda x: (lambda c: c * (c * -0.5))(mx.clip(x, -1e3, 1e3)), lambda x, e: e)
+# exp(x − m), m ≥ x (softmax; x = −inf, a masked score, gives 0)
+_exp_below = _with_exp(lambda x, m: mx.maximum(x - m, -_Z_LIMIT), lambda x, m, e: e)
+
+
+# exp(z): |rel err| < 2.5e-7; 0 and inf outside float32's range
+_exp = _with_exp(lambda z: mx.clip(z, -_Z_LIMIT, _Z_LIMIT), lambda z, e: e)
 
 
 @mx.compile
-def _silu_f32(x: mx.array) -> mx.array:
-    return x / (1.0 + _exp(-x))
-
-
-@mx.compile
-def _sigmoid_f32(x: mx.array) -> mx.array:
-    return 1.0 / (1.0 + _exp(-x))
-
-
-@mx.compile
-def _gelu_f32(x: mx.array) -> mx.array:
-    return 0.5 * x * (1.0 + _erf(x * 0.70710678118654752))
+def _gelu_given_gauss(x: mx.array, gauss: mx.array) -> mx.array:
+    # 0.5·x·(1 + erf(x/√2)) with A&S 7.1.26, erf(u) = 1 − t·P(t)·exp(−u²), rewritten as
+    # max(x, 0) − 0.5·|x|·t·P(t)·exp(−x²/2): one expression for both signs of x.
+    xf = x.astype(mx.float32)
+    a = mx.abs(xf)
+    t = 1.0 / (1.0 + (_ERF_P * _SQRT_HALF) * a)
+    t2 = t * t
+    a0, a1, a2, a3, a4 = _ERF_A
+    tp = ((a2 + a1 * t) + t2 * a0) * t2 + (a4 + a3 * t)  # P(t) by Estrin's scheme
+    return (mx.maximum(xf, 0.0) - (tp * (t * gauss)) * (0.5 * a)).astype(x.dtype)
 
 
 def _elementwise_kernel(name: str):
-    source = PortableKernel("activation.kern", name, ["x"], ["out"])
+    source = PortableKernel("activation.kern", name, ["x", "p"], ["out"])
 
     def run(x: mx.array) -> mx.array:
-        (out,) = source([x], template=[("T", x.dtype), ("N", x.size)], grid=(x.size, 1, 1),
+        (out,) = source([x, int_params((x.size,))], template=[("T", x.dtype)], grid=(x.size, 1, 1),
                         threadgroup=(256, 1, 1), output_shapes=[x.shape], output_dtypes=[x.dtype])
         return out
     return run, source
@@ -76,20 +124,6 @@ def _elementwise_kernel(name: str):
 
 def _example() -> tuple[tuple, dict]:
     return (mx.random.normal((2, 9, 7, 33)) * 4,), {}
-
-
-# MLX's CPU fusion splits these expressions into several kernels (at the exponent-bit view and
-# the floor), each a full pass over memory: 20 ns an element on a 16M-element map, 7 ns when
-# the same work runs in cache-sized pieces (measured: 2^15-element chunks were best).
-_CHUNK = 1 << 15
-
-
-def _in_float32(fn, x: mx.array) -> mx.array:
-    flat = x.reshape(-1).astype(mx.float32)
-    if flat.size <= 4 * _CHUNK:
-        return fn(flat).reshape(x.shape).astype(x.dtype)
-    parts = [fn(flat[i:i + _CHUNK]) for i in range(0, flat.size, _CHUNK)]
-    return mx.concatenate(parts).reshape(x.shape).astype(x.dtype)
 
 
 _silu_kernel, _SILU = _elementwise_kernel("silu")
@@ -100,16 +134,16 @@ _gelu_kernel, _GELU = _elementwise_kernel("gelu")
 @register("silu", kernel=_silu_kernel, sources=(_SILU,), example=_example)
 def silu(x: mx.array) -> mx.array:
     """x · sigmoid(x) (YOLOv8's activation), computed in float32."""
-    return _in_float32(_silu_f32, x)
+    return _silu_f32(x)
 
 
 @register("sigmoid", kernel=_sigmoid_kernel, sources=(_SIGMOID,), example=_example)
 def sigmoid(x: mx.array) -> mx.array:
     """1 / (1 + exp(-x)), computed in float32."""
-    return _in_float32(_sigmoid_f32, x)
+    return _sigmoid_f32(x)
 
 
 @register("gelu", kernel=_gelu_kernel, sources=(_GELU,), example=_example)
 def gelu(x: mx.array) -> mx.array:
     """GELU, erf form (PyTorch's default), computed in float32."""
-    return _in_float32(_gelu_f32, x)
+    return _gelu_given_gauss(x, _gauss(x.astype(mx.float32)))

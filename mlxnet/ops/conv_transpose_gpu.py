@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .conv_transpose_ref import Plan, decomposed_nhwc
-from .kernel_source import PortableKernel
+from .kernel_source import PortableKernel, int_params
 
 GATHER = PortableKernel("conv_transpose.kern", "conv_transpose2d_gather",
                         ["x", "wt", "bias", "p"], ["out"])
@@ -22,8 +22,8 @@ def gather_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan) -
     b = bias.astype(x.dtype) if has_bias else mx.zeros((1,), x.dtype)
     nbw = -(-aw.out // (aw.stride * PIX))
     total = n * ah.out * nbw * aw.stride * p.c_out
-    params = mx.array([ah.size, aw.size, p.c_in, ah.out, aw.out, p.c_out, ah.padding, aw.padding,
-                       p.c_in // p.groups, p.c_out // p.groups, nbw, total], mx.int32)
+    params = int_params((ah.size, aw.size, p.c_in, ah.out, aw.out, p.c_out, ah.padding, aw.padding,
+                         p.c_in // p.groups, p.c_out // p.groups, nbw, total))
     (out,) = GATHER(
         [x, wt, b, params],
         template=[("T", x.dtype), ("PIX", PIX), ("HAS_BIAS", has_bias), ("KH", kh_n), ("KW", kw_n),

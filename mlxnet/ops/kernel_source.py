@@ -22,6 +22,8 @@ attribute parameter for each such name it finds in a Metal body.
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -113,6 +115,14 @@ def render(filename: str, kernel: str, target: str) -> tuple[str, str]:
         raise MlxnetError(f"custom_kernels/{filename}: no kernel {kernel!r} (has {sorted(bodies)})")
     header, body_prelude = _PRELUDES[target]
     return header + shared, body_prelude + bodies[kernel]
+
+
+@functools.lru_cache(maxsize=512)
+def int_params(values: tuple[int, ...]) -> mx.array:
+    """Runtime sizes for a kernel as a small int32 array (not template constants, so one
+    compiled kernel serves every size). One array per distinct tuple, reused: a fresh host
+    array per call would be migrated to the GPU (unified memory) on every launch."""
+    return mx.array(values, mx.int32)
 
 
 @dataclass

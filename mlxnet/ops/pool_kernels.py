@@ -12,13 +12,12 @@ same files and are covered by tests/test_pooling.py's GPU tests.
 """
 from __future__ import annotations
 
-import functools
 from typing import Sequence
 
 import mlx.core as mx
 
 from ..errors import MlxnetError
-from .kernel_source import PortableKernel
+from .kernel_source import PortableKernel, int_params
 from .pool_common import Axis
 
 _FIXED = "pool.kern"
@@ -44,13 +43,6 @@ _GROUP = 256
 _INDEX = mx.int32  # PyTorch uses int64; int32 covers planes of up to 2^31 elements
 
 
-@functools.lru_cache(maxsize=512)
-def _params(values: tuple[int, ...]) -> mx.array:
-    # One array per geometry, reused: a fresh host array per call would be migrated to the
-    # GPU (unified memory) on every launch.
-    return mx.array(values, mx.int32)
-
-
 def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence[int],
             template: list, threads: Sequence[int], shapes: Sequence[Sequence[int]],
             dtypes: Sequence[mx.Dtype], init_value: float | None = None) -> list[mx.array]:
@@ -62,7 +54,7 @@ def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence
     if largest >= 2**31 - _GROUP or max(n, h) > 65535:
         raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements with batch and "
                           f"height <= 65535, got {largest} elements, shape {tuple(threads)}")
-    return kernel(list(inputs) + [_params(tuple(params))], template=template,
+    return kernel(list(inputs) + [int_params(tuple(params))], template=template,
                   grid=(c * w, h, n), threadgroup=(_GROUP, 1, 1), output_shapes=shapes,
                   output_dtypes=dtypes, init_value=init_value)
 

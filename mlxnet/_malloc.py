@@ -1,0 +1,39 @@
+"""Keep freed memory in the process on Linux (glibc), so MLX's CPU arrays reuse it.
+
+MLX's CPU back end takes every array from malloc and frees it after its last use. glibc
+serves large blocks with fresh mmap regions and returns them on free, so every 4 KiB page
+of the next array costs a page fault when first written. Measured on a 2-core x86-64 VM:
+a 16M-element SiLU made 32770 faults a call and took 100 ms; with mmap and heap trimming
+off, freed blocks stay in the heap, the next array reuses them, and it takes 30 ms
+(big-lama 512²: 4.9 s → 2.7 s). The cost: the process keeps its peak heap, as GPU caching
+allocators do. ``MLXNET_MALLOC=system`` keeps glibc's defaults.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+
+# glibc <malloc.h>
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
+
+_state = {"malloc": "system"}
+
+
+def configure() -> None:
+    """Turn glibc's mmap and trimming off (Linux with glibc only; idempotent)."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return
+    if os.environ.get("MLXNET_MALLOC", "").lower() in ("system", "0", "off"):
+        _state["malloc"] = "system (MLXNET_MALLOC=system)"
+        return
+    libc = ctypes.CDLL(None)
+    # One arena: MLX allocates on its stream threads, whose per-thread arenas would trim.
+    ok = (libc.mallopt(_M_ARENA_MAX, 1) and libc.mallopt(_M_MMAP_MAX, 0)
+          and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    _state["malloc"] = "glibc, freed memory kept for reuse" if ok else "system (mallopt refused)"
+
+
+def malloc_info() -> str:
+    return _state["malloc"]
