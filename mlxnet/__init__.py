@@ -1,13 +1,15 @@
 """mlxnet: neural networks on Apple's MLX, every op on every back end.
 
 Importing mlxnet binds an optimised BLAS on Linux (before ``mlx.core`` loads), keeps freed
-memory for reuse on glibc (see :mod:`mlxnet._malloc`) and picks the process's one default
-device (see :mod:`mlxnet.device`).
+memory for reuse on glibc (:mod:`mlxnet._malloc`), lets MLX's CPU JIT use this machine's
+vector units (:mod:`mlxnet._jit`) and picks the process's one default device
+(:mod:`mlxnet.device`).
 """
-from . import _blas, _malloc
+from . import _blas, _jit, _malloc
 
 _blas.bind()
 _malloc.configure()
+_jit.configure()
 
 from .device import (  # noqa: E402  (after the BLAS binding, by design)
     available_devices,
@@ -27,8 +29,9 @@ from . import nn, ops  # noqa: E402
 __version__ = "0.1.0"
 blas_info = _blas.blas_info
 malloc_info = _malloc.malloc_info
+jit_info = _jit.jit_info
 
 __all__ = [
     "MlxnetError", "available_devices", "backend", "blas_info", "current_device",
-    "kernels_enabled", "malloc_info", "nn", "ops", "use_device", "use_kernels", "__version__",
+    "jit_info", "kernels_enabled", "malloc_info", "nn", "ops", "use_device", "use_kernels", "__version__",
 ]

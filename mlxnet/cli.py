@@ -48,6 +48,7 @@ def info() -> None:
     table.add_row("custom kernels", "on" if mlxnet.kernels_enabled() else "off (MLXNET_KERNELS=0)")
     table.add_row("BLAS (CPU)", mlxnet.blas_info())
     table.add_row("malloc (CPU)", mlxnet.malloc_info())
+    table.add_row("JIT (CPU)", mlxnet.jit_info())
     if mlxnet.backend() != "cpu":
         info = mx.device_info()
         mem = info.get("memory_size") or info.get("total_memory")

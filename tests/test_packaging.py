@@ -1,6 +1,8 @@
 """The wheel: one import root, kernel sources inside it, OpenBLAS bound on Linux."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -67,7 +69,7 @@ def test_freed_arrays_are_reused_without_page_faults():
     """A 64 MiB result is 16384 fresh pages per call under glibc's defaults; kept memory is not."""
     def faults(env: dict) -> tuple[int, str]:
         out = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, check=True,
-                             env={**__import__("os").environ, **env})
+                             env={**os.environ, **env})
         n, info = out.stdout.split(" ", 1)
         return int(n), info.strip()
 
@@ -76,3 +78,39 @@ def test_freed_arrays_are_reused_without_page_faults():
     assert info == "glibc, freed memory kept for reuse" and system_info.startswith("system")
     assert system > 5 * 16000, system  # the measurement itself works
     assert kept < 1000, kept
+
+
+_JIT = """
+import glob, os, mlxnet, mlx.core as mx
+f = mx.compile(lambda a, b: (a * 1.5 + b) / (1.0 + b * b))
+mx.eval(f(mx.ones((4096,)), mx.ones((4096,))))
+print(mlxnet.jit_info())
+print(*glob.glob(os.path.join(os.environ["TMPDIR"], "mlx", "*", "cpu", "*.so")))
+"""
+
+
+def _avx2() -> bool:
+    try:
+        return " avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not _avx2() or not shutil.which("objdump"),
+                    reason="the JIT wrapper is for Linux x86-64 with AVX2 (and objdump to inspect it)")
+def test_cpu_jit_builds_for_this_machines_vector_units(tmp_path):
+    def build(env: dict, where: Path) -> tuple[str, str]:
+        where.mkdir()
+        # This process put the wrapper on PATH when it imported mlxnet: start from a clean PATH.
+        path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if "mlxnet" not in p)
+        out = subprocess.run([sys.executable, "-c", _JIT], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PATH": path, "TMPDIR": str(where), **env})
+        info, libs = out.stdout.strip().split("\n")
+        code = "".join(subprocess.run(["objdump", "-d", lib], capture_output=True, text=True).stdout
+                       for lib in libs.split())
+        return info, code
+
+    info, code = build({}, tmp_path / "native")
+    assert info.startswith("g++ -march=native") and ("ymm" in code or "zmm" in code)
+    info, code = build({"MLXNET_JIT": "default"}, tmp_path / "default")
+    assert info.startswith("MLX default") and "xmm" in code and "ymm" not in code
