@@ -141,7 +141,7 @@ class DFL(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         """(N, A, 4 * bins) -> (N, A, 4) distances (left, top, right, bottom) in stride units."""
         n, a, _ = x.shape
-        p = mx.softmax(x.reshape(n, a, 4, self.bins).astype(mx.float32), axis=-1)
+        p = ops.softmax(x.reshape(n, a, 4, self.bins).astype(mx.float32), axis=-1)
         return p @ self.conv.weight.reshape(self.bins).astype(mx.float32)
 
 

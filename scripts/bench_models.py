@@ -22,18 +22,34 @@ import numpy as np
 Bench = tuple[Callable[[], object], Callable[[], object] | None, str]  # (mlx run, torch run, note)
 
 
-def timeit(fn: Callable[[], object], sync: Callable[[], None], warmup: int = 2, reps: int = 5) -> float:
-    """Median wall time in ms of fn() (each call fully synchronised)."""
+def _once(fn: Callable[[], object], sync: Callable[[], None]) -> float:
+    t = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - t) * 1e3
+
+
+def timeit_pair(a: Callable[[], object], sync_a: Callable[[], None],
+                b: Callable[[], object] | None, sync_b: Callable[[], None],
+                warmup: int = 2, reps: int = 5, pause: float = 0.25) -> tuple[float, float]:
+    """Median wall times in ms of a() and b(), each call fully synchronised. The two alternate
+    rep by rep, so a noisy (shared, virtual) machine slows both alike and their ratio holds;
+    a pause before each call lets the other library's worker threads stop spinning (OpenMP
+    spins ~200 ms after a parallel region), which would otherwise steal the cores."""
+    def once(fn: Callable[[], object], sync: Callable[[], None]) -> float:
+        time.sleep(pause)
+        return _once(fn, sync)
+
     for _ in range(warmup):
-        fn()
-        sync()
-    times = []
+        once(a, sync_a)
+        if b is not None:
+            once(b, sync_b)
+    ta, tb = [], []
     for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+        ta.append(once(a, sync_a))
+        if b is not None:
+            tb.append(once(b, sync_b))
+    return statistics.median(ta), (statistics.median(tb) if tb else float("nan"))
 
 
 def torch_device(device: str):
@@ -300,16 +316,15 @@ def main() -> None:
     import torch
 
     dev = torch_device(a.device)
-    print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}); torch {torch.__version__} on {dev}, "
-          f"{torch.get_num_threads()} threads")
+    print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}; JIT {mlxnet.jit_info()}; malloc "
+          f"{mlxnet.malloc_info()}); torch {torch.__version__} on {dev}, {torch.get_num_threads()} threads")
     print(f"{'model':24s} {'mlxnet ms':>10s} {'torch ms':>10s} {'mlxnet/torch':>13s}  note")
     rows = []
     for name, build in ENTRIES.items():
         if a.only and name not in a.only:
             continue
         run_mlx, run_torch, note = build(a.device)
-        t_mlx = timeit(run_mlx, mx.synchronize, reps=a.reps)
-        t_torch = timeit(run_torch, lambda: torch_sync(dev), reps=a.reps) if run_torch else float("nan")
+        t_mlx, t_torch = timeit_pair(run_mlx, mx.synchronize, run_torch, lambda: torch_sync(dev), reps=a.reps)
         rows.append({"model": name, "mlxnet_ms": t_mlx, "torch_ms": t_torch, "note": note})
         print(f"{name:24s} {t_mlx:10.1f} {t_torch:10.1f} {t_mlx / t_torch:13.2f}  {note}", flush=True)
     if a.json:

@@ -1,4 +1,4 @@
-"""conv2d op (1×1 as GEMM, depthwise as shifted multiply-adds, else mx.conv2d) against PyTorch."""
+"""conv2d op (1×1 as GEMM, depthwise as shifted multiply-adds, per-tap GEMMs, else mx.conv2d) against PyTorch."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -20,6 +20,9 @@ CASES = [  # (input NHWC, C_out, kernel, stride, padding, dilation, groups)
     ((1, 11, 9, 16), 3, 7, 1, 3, 1, 1),     # few outputs → GEMM over taps, shifted sums
     ((2, 10, 10, 16), 2, 3, 1, 2, 2, 1),    # the same, dilated
     ((1, 7, 9, 5), 4, 3, 2, 1, 1, 1),       # plain → mx.conv2d
+    ((2, 33, 35, 8), 12, 3, 1, 1, 1, 1),    # stride 1, ≥ 2048 pixels → one GEMM per tap on rows
+    ((1, 50, 48, 10), 9, 3, 1, 2, 2, 1),    # the same, dilated
+    ((1, 48, 50, 8), 8, 2, 1, 0, 1, 1),     # the same, even kernel, no padding
 ]
 
 
