@@ -30,9 +30,10 @@ def _find(relative: str) -> Path | None:
     return None
 
 
-def _cache_dir() -> Path:
+def cache_dir(name: str) -> Path:
+    """mlxnet's per-user cache folder ``name`` (XDG_CACHE_HOME or ~/.cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mlxnet" / "blas"
+    return Path(base) / "mlxnet" / name
 
 
 def _load_gfortran_from_mlx() -> None:
@@ -47,7 +48,7 @@ def _load_gfortran_from_mlx() -> None:
     gfortran = next(libs.glob("libgfortran-*.so*"))
     for quadmath in libs.glob("libquadmath-*.so*"):
         ctypes.CDLL(str(quadmath), mode=ctypes.RTLD_GLOBAL)
-    target = _cache_dir() / f"{gfortran.name}.as-libgfortran.so.5"
+    target = cache_dir("blas") / f"{gfortran.name}.as-libgfortran.so.5"
     if not target.exists():
         old = gfortran.name.encode() + b"\0"
         new = b"libgfortran.so.5\0"

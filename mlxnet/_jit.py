@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ._blas import cache_dir
+
 _state = {"jit": "MLX default"}
 
 # MLX's command: g++ -std=c++17 -O3 -Wall -fPIC -shared [-I ...] "<cache>/mlx/<ver>/cpu/X.cpp" -o ...
@@ -29,11 +31,6 @@ esac
 """
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mlxnet" / "jit"
-
-
 def configure() -> None:
     """Put the wrapper first on PATH (Linux x86-64 with g++ only; idempotent)."""
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
@@ -41,7 +38,7 @@ def configure() -> None:
     if os.environ.get("MLXNET_JIT", "").lower() in ("default", "0", "off"):
         _state["jit"] = "MLX default (MLXNET_JIT=default)"
         return
-    folder = _cache_dir()
+    folder = cache_dir("jit")
     gxx = shutil.which("g++", path=os.pathsep.join(
         p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != folder))
     if gxx is None:

@@ -22,13 +22,6 @@ import numpy as np
 Bench = tuple[Callable[[], object], Callable[[], object] | None, str]  # (mlx run, torch run, note)
 
 
-def _once(fn: Callable[[], object], sync: Callable[[], None]) -> float:
-    t = time.perf_counter()
-    fn()
-    sync()
-    return (time.perf_counter() - t) * 1e3
-
-
 def timeit_pair(a: Callable[[], object], sync_a: Callable[[], None],
                 b: Callable[[], object] | None, sync_b: Callable[[], None],
                 warmup: int = 2, reps: int = 5, pause: float = 0.25) -> tuple[float, float]:
@@ -38,7 +31,10 @@ def timeit_pair(a: Callable[[], object], sync_a: Callable[[], None],
     spins ~200 ms after a parallel region), which would otherwise steal the cores."""
     def once(fn: Callable[[], object], sync: Callable[[], None]) -> float:
         time.sleep(pause)
-        return _once(fn, sync)
+        t = time.perf_counter()
+        fn()
+        sync()
+        return (time.perf_counter() - t) * 1e3
 
     for _ in range(warmup):
         once(a, sync_a)

@@ -9,8 +9,9 @@ Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
 - stride-1 3×3 (≤ 9 taps, ≥ 8 channels, ≥ 2048 output pixels): one GEMM per tap on row
   ranges of the flattened padded image, no im2col copy (80²×64→64: 4.5 → 3.6 ms; the GEMMs
   alone are 1.7 ms of it).
-Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the op runs MLX's
-own convolution (cuDNN / Metal's), as the models did before these CPU paths existed.
+Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the
+op runs MLX's own convolution (cuDNN / Metal's), as the models did before these CPU paths
+existed.
 """
 from __future__ import annotations
 
