@@ -147,11 +147,12 @@ class FourierUnit(nn.Module):
         n, h, w, c = x.shape
         f = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")  # (n, h, w//2+1, c)
         # Channel 2c+0 is the real part of input channel c, 2c+1 its imaginary part (the
-        # reference's stack(-1) + permute + view).
-        f = mx.stack([f.real, f.imag], axis=-1).reshape(n, h, f.shape[2], 2 * c)
+        # reference's stack(-1) + permute + view): complex64 memory read as float32 pairs is
+        # exactly that order, so both conversions are free views, not copies.
+        f = mx.view(f, mx.float32)
         f = ops.conv2d(f, self.conv_layer.weight.astype(mx.float32))
-        f = nn.relu(self.bn(f)).reshape(n, h, f.shape[2], c, 2)
-        y = mx.fft.irfft2(f[..., 0] + 1j * f[..., 1], s=(h, w), axes=(1, 2), norm="ortho")
+        f = mx.view(mx.contiguous(nn.relu(self.bn(f))), mx.complex64)
+        y = mx.fft.irfft2(f, s=(h, w), axes=(1, 2), norm="ortho")
         return y.astype(x.dtype)
 
 
