@@ -67,33 +67,26 @@ def _taps_then_shift(xp: mx.array, weight: mx.array, dilation: Pair, out: Pair) 
     return acc
 
 
-def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, stride: Pair,
-                   dilation: Pair, out: Pair) -> mx.array:
-    """Conv without im2col. With stride 1, on the padded image flattened to rows, the input of
-    tap (i, j) for output row r is row r + i·dh·Wp + j·dw, so each tap is one GEMM of a
-    contiguous row range (a view, no copy), accumulated into the previous taps' product by the
-    GEMM itself (addmm, beta = 1: no separate pass over the taps' products). A stride (sh, sw)
-    first splits the image into its sh·sw phases (pixels by row mod sh, column mod sw; one
-    copy), in which every tap is again a stride-1 shift. The rows that fall in the padding
-    columns are cropped by a strided view, read once by the bias add (or one copy)."""
+def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, dilation: Pair,
+                   out: Pair) -> mx.array:
+    """Stride-1 conv without im2col: on the padded image flattened to rows, the input of tap
+    (i, j) for output row r is row r + i·dh·Wp + j·dw, so each tap is one GEMM of a contiguous
+    row range (a view, no copy), accumulated into the previous taps' product by the GEMM itself
+    (addmm, beta = 1: no separate pass over the taps' products). The rows that fall in the
+    padding columns are cropped by a strided view, read once by the bias add (or one copy).
+    (Strided convs split into phases this way measured slower than mx.conv2d's im2col.)"""
     n, hp, wp, c = xp.shape
     c_out, kh, kw, _ = weight.shape
-    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out
-    hq, wq = hp // sh, wp // sw  # the caller padded hp, wp to multiples of the stride
-    if (sh, sw) == (1, 1):
-        phases = xp.reshape(1, -1, c)
-    else:
-        phases = xp.reshape(n, hq, sh, wq, sw, c).transpose(2, 4, 0, 1, 3, 5).reshape(sh * sw, -1, c)
-    m = n * hq * wq - (((kh - 1) * dh // sh) * wq + (kw - 1) * dw // sw)
+    (dh, dw), (oh, ow) = dilation, out
+    rows = xp.reshape(-1, c)
+    m = n * hp * wp - ((kh - 1) * dh * wp + (kw - 1) * dw)
     taps = weight.transpose(1, 2, 3, 0)  # (kh, kw, c, c_out)
     y = None
     for i in range(kh):
         for j in range(kw):
-            rows = phases[(i * dh % sh) * sw + j * dw % sw]
-            start = (i * dh // sh) * wq + j * dw // sw
-            a = rows[start: start + m]
+            a = rows[i * dh * wp + j * dw: i * dh * wp + j * dw + m]
             y = a @ taps[i, j] if y is None else mx.addmm(y, a, taps[i, j])
-    y = mx.as_strided(y, (n, oh, ow, c_out), (hq * wq * c_out, wq * c_out, c_out, 1))
+    y = mx.as_strided(y, (n, oh, ow, c_out), (hp * wp * c_out, wp * c_out, c_out, 1))
     return mx.contiguous(y) if bias is None else y + bias
 
 
@@ -124,13 +117,10 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     elif groups == 1 and stride == (1, 1) and (kh, kw) != (1, 1) and 4 * c_out <= c:
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _taps_then_shift(xp, weight, dilation, (oh, ow))
-    elif groups == 1 and 1 < kh * kw <= 9 and c >= 8 and n * oh * ow >= 2048:
-        # Pad bottom/right up to multiples of the stride, for the phase split (zeros never read
-        # by a kept output).
-        extra_h, extra_w = -(h + 2 * padding[0]) % stride[0], -(w_in + 2 * padding[1]) % stride[1]
-        pads = [(0, 0), (padding[0], padding[0] + extra_h), (padding[1], padding[1] + extra_w), (0, 0)]
-        xp = mx.pad(x, pads) if any(p for pair in pads for p in pair) else x
-        return _shifted_gemms(xp, weight, bias, stride, dilation, (oh, ow))
+    elif groups == 1 and stride == (1, 1) and 1 < kh * kw <= 9 and c >= 8 and n * oh * ow >= 2048:
+        pads = [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)]
+        xp = mx.pad(x, pads) if padding != (0, 0) else x
+        return _shifted_gemms(xp, weight, bias, dilation, (oh, ow))
     else:
         y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     return y if bias is None else y + bias
