@@ -35,7 +35,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 import mlxnet
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
-from mlxnet.nn import Conv2d, ConvTranspose2d
+from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
 from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec
 from mlxnet.weights.safetensors_io import as_dtype, is_safetensors
 
@@ -151,7 +151,7 @@ class FourierUnit(nn.Module):
         # exactly that order, so both conversions are free views, not copies.
         f = mx.view(f, mx.float32)
         f = ops.conv2d(f, self.conv_layer.weight.astype(mx.float32))
-        f = mx.view(mx.contiguous(nn.relu(self.bn(f))), mx.complex64)
+        f = mx.view(batch_norm_relu(self.bn, f), mx.complex64)
         y = mx.fft.irfft2(f, s=(h, w), axes=(1, 2), norm="ortho")
         return y.astype(x.dtype)
 
@@ -167,8 +167,8 @@ class SpectralTransform(nn.Module):
         self.conv2 = Conv2d(half, cout, 1, bias=False)
 
     def __call__(self, x: mx.array) -> mx.array:
-        for layer in self.conv1:
-            x = layer(x)
+        conv, bn, _ = self.conv1
+        x = batch_norm_relu(bn, conv(x))
         return self.conv2(x + self.fu(x))
 
 
@@ -224,8 +224,8 @@ class FFC_BN_ACT(nn.Module):
 
     def __call__(self, x: Stream | mx.array) -> Stream:
         x_l, x_g = self.ffc(x)
-        x_l = nn.relu(self.bn_l(x_l)) if "bn_l" in self else x_l
-        x_g = nn.relu(self.bn_g(x_g)) if "bn_g" in self else x_g
+        x_l = batch_norm_relu(self.bn_l, x_l) if "bn_l" in self else x_l
+        x_g = batch_norm_relu(self.bn_g, x_g) if "bn_g" in self else x_g
         return x_l, x_g
 
 
@@ -263,7 +263,7 @@ class LaMa(nn.Module):
             c = ngf * 2 ** (n_downsampling - i)
             layers += [ConvTranspose2d(c, c // 2, kernel_size=3, stride=2, padding=1, output_padding=1),
                        nn.BatchNorm(c // 2), nn.ReLU()]
-        layers += [ReflectionPad2d(3), Conv(ngf, output_nc, 7, bias=True), nn.Sigmoid()]
+        layers += [ReflectionPad2d(3), Conv(ngf, output_nc, 7, bias=True), Sigmoid()]
         self.model = layers
         self.eval()
 
@@ -275,8 +275,15 @@ class LaMa(nn.Module):
             raise MlxnetError(f"LaMa expects H and W to be multiples of {MODULO}, got {x.shape[1]}×{x.shape[2]} "
                               "(LaMa.inpaint pads any size)")
         x = x.astype(self.dtype)
-        for layer in self.model:
-            x = layer(x)
+        i = 0
+        while i < len(self.model):
+            layer = self.model[i]
+            if isinstance(layer, nn.BatchNorm) and isinstance(self.model[i + 1], nn.ReLU):
+                x = batch_norm_relu(layer, x)  # the upsampling BatchNorm + ReLU pairs, one pass
+                i += 2
+            else:
+                x = layer(x)
+                i += 1
         return x
 
     def set_dtype(self, dtype: mx.Dtype, predicate=None) -> None:

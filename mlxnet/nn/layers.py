@@ -35,6 +35,13 @@ class SiLU(nn.Module):
         return ops.silu(x)
 
 
+class Sigmoid(nn.Module):
+    """Sigmoid through the registry (MLX's CPU sigmoid is a scalar loop)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return ops.sigmoid(x)
+
+
 class Conv2d(nn.Conv2d):
     """``mlx.nn.Conv2d`` (same parameters, init and keys) computed by mlxnet's conv2d op, which
     takes faster formulations for 1×1 and depthwise convolutions."""

@@ -9,6 +9,22 @@ from ..weights.fold import fold_conv_bn
 from .layers import Conv2d, LayerNorm
 
 
+@mx.compile
+def _affine_relu(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
+    return mx.maximum(x * scale + shift, 0)
+
+
+def batch_norm_relu(bn: nn.BatchNorm, x: mx.array) -> mx.array:
+    """``relu(bn(x))`` for an inference-mode BatchNorm as one fused pass over ``x``: MLX runs the
+    layer as four broadcast ops and the ReLU as a fifth (CPU, 64²×512: 1.75 → 0.7 ms). The
+    statistics fold into a per-channel scale and shift first, as a folded conv would carry them."""
+    if bn.training or "running_mean" not in bn:
+        return nn.relu(bn(x))
+    scale = bn.weight * mx.rsqrt(bn.running_var + bn.eps)
+    shift = bn.bias - bn.running_mean * scale
+    return _affine_relu(x, scale.astype(x.dtype), shift.astype(x.dtype))
+
+
 class LayerNorm2d(LayerNorm):
     """SAM's LayerNorm2d normalises each pixel over channels; in NHWC that is the last axis, so
     it is :class:`LayerNorm` (through the registry's layer_norm kernel) under SAM's name."""
