@@ -16,6 +16,7 @@ from pathlib import Path
 
 import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core)
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
@@ -355,3 +356,22 @@ def test_gpu_inpaint_pipeline(gpu):
     _, g = golden()
     result = build("lama").inpaint_float(g["pipeline.image_u8"], g["pipeline.mask_u8"])
     assert_close(result, g["pipeline.inpainted"], *fp32_tolerance())
+
+
+@pytest.mark.parametrize("dtype,tol", [(mx.float32, 2e-6), (mx.float16, 2e-3)])
+def test_batch_norm_relu_matches_layer_then_relu(dtype, tol):
+    """The fused inference BatchNorm+ReLU that LaMa's FFCs and upsamplers use equals the MLX
+    layer followed by ReLU, with non-trivial statistics, and keeps the input's dtype."""
+    from mlxnet.nn import batch_norm_relu
+
+    bn = nn.BatchNorm(24)
+    bn.update({"weight": mx.random.normal((24,)), "bias": mx.random.normal((24,)),
+               "running_mean": mx.random.normal((24,)), "running_var": mx.random.uniform(0.1, 3.0, (24,))})
+    bn.eval()
+    x = (3 * mx.random.normal((2, 9, 7, 24))).astype(dtype)
+    got, want = batch_norm_relu(bn, x), nn.relu(bn(x))
+    assert got.dtype == dtype and got.shape == x.shape
+    assert (got >= 0).all().item() and (got == 0).any().item() and (got > 0).any().item()
+    assert mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max().item() <= tol * max(1.0, mx.abs(want).max().item())
+    bn.train()  # training mode normalises by the batch's statistics: the layer's own path
+    assert mx.allclose(batch_norm_relu(bn, x.astype(mx.float32)), nn.relu(bn(x.astype(mx.float32))), atol=1e-6).item()
