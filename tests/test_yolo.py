@@ -192,6 +192,8 @@ def test_postprocess_on_ultralytics_head_output_is_exact(name):
 
 @pytest.mark.parametrize("name", ["bus", "zidane"])
 def test_network_and_postprocess_on_their_input_match_the_predictor(name):
+    if mlxnet.backend() == "cuda":  # TF32 convs move scores ~5e-4; test_gpu_pipeline_* covers CUDA
+        pytest.skip("float32-exact CPU test; CUDA runs TF32 (see test_gpu_pipeline_on_their_input_matches_the_predictor)")
     g, m = golden(), meta()
     image = load_image(FIXTURES / f"{name}.jpg")
     boxed = g[f"{name}.input"]

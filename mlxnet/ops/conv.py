@@ -46,8 +46,16 @@ def _depthwise(kernel: Pair, stride: Pair, dilation: Pair, out: Pair):
     return mx.compile(run)
 
 
+def _check_groups(x: mx.array, weight: mx.array, groups: int) -> None:
+    c, (c_out, c_in_g) = x.shape[-1], (weight.shape[0], weight.shape[-1])
+    if c_in_g * groups != c or c_out % groups:
+        raise MlxnetError(f"conv2d: weight {tuple(weight.shape)} with groups={groups} does not fit "
+                          f"an input of {c} channels")
+
+
 def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stride: int | Pair = 1,
              padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1) -> mx.array:
+    _check_groups(x, weight, groups)
     y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
                   groups=groups)
     return y if bias is None else y + bias
@@ -103,9 +111,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     n, h, w_in, c = x.shape
     c_out, kh, kw, c_in_g = weight.shape
-    if c_in_g * groups != c or c_out % groups:
-        raise MlxnetError(f"conv2d: weight {tuple(weight.shape)} with groups={groups} does not fit "
-                          f"an input of {c} channels")
+    _check_groups(x, weight, groups)
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w_in + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     if (kh, kw) == (1, 1) and groups == 1 and padding == (0, 0):
