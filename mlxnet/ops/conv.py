@@ -8,7 +8,8 @@ Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
   per pixel (1.9 s); one GEMM to 49×3 values per pixel, then 49 shifted adds: ~60 ms.
 - stride-1 3×3 (≤ 9 taps, ≥ 8 channels, ≥ 2048 output pixels): one GEMM per tap on row
   ranges of the flattened padded image, accumulated by the GEMMs (addmm), no im2col copy
-  (80²×64→64: 4.5 → 2.3 ms; 64²×128→384: 25 → 19 ms, PyTorch 16 ms).
+  (per-tap products summed in a separate pass before: 80²×64→64 3.0 → 2.3 ms, 64²×128→384
+  25 → 21 ms; PyTorch 2.2 and 16 ms).
 Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the
 op runs MLX's own convolution (cuDNN / Metal's), as the models did before these CPU paths
 existed.
