@@ -36,6 +36,7 @@ import mlxnet
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
+from mlxnet.ops.fft import irfft2, rfft2
 from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec
 from mlxnet.weights.safetensors_io import as_dtype, is_safetensors
 
@@ -145,14 +146,14 @@ class FourierUnit(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         n, h, w, c = x.shape
-        f = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")  # (n, h, w//2+1, c)
+        f = rfft2(x, norm="ortho")  # (n, h, w//2+1, c), complex64
         # Channel 2c+0 is the real part of input channel c, 2c+1 its imaginary part (the
         # reference's stack(-1) + permute + view): complex64 memory read as float32 pairs is
         # exactly that order, so both conversions are free views, not copies.
         f = mx.view(f, mx.float32)
         f = ops.conv2d(f, self.conv_layer.weight.astype(mx.float32))
         f = mx.view(batch_norm_relu(self.bn, f), mx.complex64)
-        y = mx.fft.irfft2(f, s=(h, w), axes=(1, 2), norm="ortho")
+        y = irfft2(f, s=(h, w), norm="ortho")
         return y.astype(x.dtype)
 
 

@@ -9,6 +9,7 @@ from .conv import conv2d
 from .activations import gelu, sigmoid, silu
 from .attention import scaled_dot_product_attention, softmax
 from .nms import nms
+from . import fft  # noqa: E402  (NHWC rfft2 / irfft2)
 from . import pooling  # noqa: E402  (registers the pooling ops)
 from .pooling import *  # noqa: F401,F403
 from .conv_transpose import conv_transpose1d, conv_transpose2d

@@ -1,0 +1,46 @@
+"""The NHWC rfft2 / irfft2 (DFT GEMMs on the CPU for small maps, mx.fft otherwise) against numpy."""
+from __future__ import annotations
+
+import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core)
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxnet.errors import MlxnetError
+from mlxnet.ops import fft
+
+SHAPES = [(1, 8, 8, 3), (2, 7, 10, 5), (1, 9, 15, 4), (1, 64, 64, 6), (1, 130, 12, 2)]  # last: FFT path
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+def test_rfft2_and_irfft2_match_numpy(shape, norm, monkeypatch):
+    if max(shape[1:3]) <= 128:  # these must be the DFT GEMMs, not a pass-through to mx.fft
+        def no_fft(*a, **k):
+            raise AssertionError("mx.fft called for a map the DFT path covers")
+        monkeypatch.setattr(fft.mx.fft, "rfft2", no_fft)
+        monkeypatch.setattr(fft.mx.fft, "irfft2", no_fft)
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    with mlxnet.use_device("cpu"):
+        got = np.array(fft.rfft2(mx.array(x), norm=norm))
+        want = np.fft.rfft2(x.astype(np.float64), axes=(1, 2), norm=norm)
+        assert got.shape == want.shape and got.dtype == np.complex64
+        np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max())
+        # any spectrum, not only a Hermitian one: the inverse ignores what irfft2 ignores
+        spec = (rng.standard_normal(want.shape) + 1j * rng.standard_normal(want.shape)).astype(np.complex64)
+        back = np.array(fft.irfft2(mx.array(spec), s=shape[1:3], norm=norm))
+        ref = np.fft.irfft2(spec.astype(np.complex128), s=shape[1:3], axes=(1, 2), norm=norm)
+        assert back.shape == shape and back.dtype == np.float32
+        np.testing.assert_allclose(back, ref, atol=2e-6 * np.abs(ref).max())
+
+
+def test_round_trip_and_bad_arguments():
+    x = mx.random.normal((1, 12, 16, 3))
+    with mlxnet.use_device("cpu"):
+        y = fft.irfft2(fft.rfft2(x, norm="ortho"), s=(12, 16), norm="ortho")
+        assert mx.abs(y - x).max().item() < 1e-5
+        with pytest.raises(MlxnetError, match="norm must be one of"):
+            fft.rfft2(x, norm="unitary")
+        with pytest.raises(MlxnetError, match=r"a spectrum of 12×9 does not give an 12×20 map"):
+            fft.irfft2(fft.rfft2(x), s=(12, 20))
