@@ -53,8 +53,13 @@ class Conv(nn.Module):
             self.bn = nn.BatchNorm(c2, eps=BN_EPS)
         self.act = act
 
-    def __call__(self, x: mx.array) -> mx.array:
-        x = self.conv(x)
+    def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
+        """A list ``x`` is the channel concatenation of its parts (a 1x1 conv only), computed
+        without building it."""
+        if isinstance(x, (list, tuple)):
+            x = ops.pointwise_conv_of_concat(x, self.conv.weight, self.conv.get("bias"))
+        else:
+            x = self.conv(x)
         if "bn" in self:
             x = self.bn(x)
         return ops.silu(x) if self.act else x
@@ -92,11 +97,14 @@ class C2f(nn.Module):
         self.cv2 = Conv((2 + n) * self.c, c2, 1, fold_bn=fold_bn)
         self.m = [Bottleneck(self.c, self.c, shortcut, fold_bn=fold_bn) for _ in range(n)]
 
-    def __call__(self, x: mx.array) -> mx.array:
-        y = list(mx.split(self.cv1(x), 2, axis=-1))
+    def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
+        """``x``: a map, or the parts of the neck's concatenation (see :meth:`Conv.__call__`)."""
+        a = self.cv1(x)
+        parts, last = [a], a[..., self.c:]  # cv2 reads both halves of cv1's output: keep it whole
         for block in self.m:
-            y.append(block(y[-1]))
-        return self.cv2(mx.concatenate(y, axis=-1))
+            last = block(last)
+            parts.append(last)
+        return self.cv2(parts)
 
 
 class SPPF(nn.Module):
@@ -110,7 +118,7 @@ class SPPF(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         x = self.cv1(x)
-        return self.cv2(mx.concatenate([x, *ops.sppf_pool(x)], axis=-1))
+        return self.cv2([x, *ops.sppf_pool(x)])
 
 
 class Upsample(nn.Module):
@@ -246,10 +254,12 @@ class YOLOv8(nn.Module):
         p3 = m[4](x)
         p4 = m[6](m[5](p3))
         p5 = m[9](m[8](m[7](p4)))
-        h12 = m[12](m[11]([m[10](p5), p4]))
-        out3 = m[15](m[14]([m[13](h12), p3]))
-        out4 = m[18](m[17]([m[16](out3), h12]))
-        out5 = m[21](m[20]([m[19](out4), p5]))
+        # The Concat rows (11, 14, 17, 20) hand their parts to the next C2f, whose first 1x1 conv
+        # reads them without the concatenation being built.
+        h12 = m[12]([m[10](p5), p4])
+        out3 = m[15]([m[13](h12), p3])
+        out4 = m[18]([m[16](out3), h12])
+        out5 = m[21]([m[19](out4), p5])
         return out3, out4, out5
 
     def __call__(self, x: mx.array) -> mx.array:

@@ -56,3 +56,13 @@ def test_layer_keeps_mlx_parameter_names_and_bad_groups_error():
     assert set(layer.parameters()) == {"weight", "bias"} and layer.weight.shape == (4, 3, 3, 6)
     with pytest.raises(mlxnet.MlxnetError, match=r"conv2d: weight \(4, 3, 3, 6\) with groups=1 does not fit an input of 5"):
         layer(mx.zeros((1, 4, 4, 5)))
+
+
+def test_pointwise_conv_of_concat_equals_the_conv_of_the_concatenation():
+    parts = [mx.random.normal((2, 5, 6, c)) for c in (3, 8, 4)]
+    w, b = mx.random.normal((7, 1, 1, 15)), mx.random.normal((7,))
+    want = mx.conv2d(mx.concatenate(parts, axis=-1), w) + b
+    got = ops.pointwise_conv_of_concat(parts, w, b)
+    assert got.shape == want.shape and mx.abs(got - want).max().item() < 1e-5
+    with pytest.raises(mlxnet.MlxnetError, match=r"weight \(7, 1, 1, 15\) does not fit parts"):
+        ops.pointwise_conv_of_concat(parts[:2], w)

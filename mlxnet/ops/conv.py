@@ -18,6 +18,7 @@ existed.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 import mlx.core as mx
 
@@ -110,6 +111,26 @@ def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, dilati
             y = a @ taps[i, j] if y is None else mx.addmm(y, a, taps[i, j])
     y = mx.as_strided(y, (n, oh, ow, c_out), (hp * wp * c_out, wp * c_out, c_out, 1))
     return mx.contiguous(y) if bias is None else y + bias
+
+
+def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array,
+                             bias: mx.array | None = None) -> mx.array:
+    """1×1 conv (stride 1, OHWI weight) of ``mx.concatenate(xs, axis=-1)`` without building the
+    concatenation: one GEMM per part, each accumulating into the last (addmm). The parts must
+    share N, H, W; the weight's input channels follow the parts' order."""
+    c_out, c_in = weight.shape[0], weight.shape[-1]
+    if weight.shape[1:3] != (1, 1) or sum(x.shape[-1] for x in xs) != c_in or len({x.shape[:3] for x in xs}) != 1:
+        raise MlxnetError(f"pointwise conv: weight {tuple(weight.shape)} does not fit parts of shapes "
+                          f"{[tuple(x.shape) for x in xs]}")
+    w = weight.reshape(c_out, c_in)
+    y, start = None, 0
+    for x in xs:
+        c = x.shape[-1]
+        rows, taps = x.reshape(-1, c), w[:, start:start + c].T
+        y = rows @ taps if y is None else mx.addmm(y, rows, taps)
+        start += c
+    y = y.reshape(*xs[0].shape[:3], c_out)
+    return y if bias is None else y + bias
 
 
 def _example() -> tuple[tuple, dict]:
