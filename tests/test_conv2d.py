@@ -63,6 +63,7 @@ def test_pointwise_conv_of_concat_equals_the_conv_of_the_concatenation():
     w, b = mx.random.normal((7, 1, 1, 15)), mx.random.normal((7,))
     want = mx.conv2d(mx.concatenate(parts, axis=-1), w) + b
     got = ops.pointwise_conv_of_concat(parts, w, b)
-    assert got.shape == want.shape and mx.abs(got - want).max().item() < 1e-5
+    tol = 1e-5 if mlxnet.backend() != "cuda" else 5e-3  # CUDA matmuls and convs run in TF32
+    assert got.shape == want.shape and mx.abs(got - want).max().item() < tol * max(1.0, mx.abs(want).max().item())
     with pytest.raises(mlxnet.MlxnetError, match=r"weight \(7, 1, 1, 15\) does not fit parts"):
         ops.pointwise_conv_of_concat(parts[:2], w)
