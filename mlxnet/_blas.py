@@ -36,6 +36,12 @@ def cache_dir(name: str) -> Path:
     return Path(base) / "mlxnet" / name
 
 
+def opted_out(variable: str, word: str) -> bool:
+    """Whether the environment turns a process-wide setting off: ``variable`` set to ``word``,
+    ``0`` or ``off`` (MLXNET_BLAS=reference, MLXNET_MALLOC=system, MLXNET_JIT=default)."""
+    return os.environ.get(variable, "").lower() in (word, "0", "off")
+
+
 def _load_gfortran_from_mlx() -> None:
     """OpenBLAS needs ``libgfortran.so.5``, which many Linux machines lack.
 
@@ -71,7 +77,7 @@ def bind() -> None:
     if sys.platform == "darwin":
         _state["blas"] = "Accelerate"
         return
-    if os.environ.get("MLXNET_BLAS", "").lower() in ("reference", "0", "off"):
+    if opted_out("MLXNET_BLAS", "reference"):
         _state["blas"], _state["why"] = "reference", "MLXNET_BLAS=reference"
         return
     if "mlx.core" in sys.modules:

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ._blas import cache_dir
+from ._blas import cache_dir, opted_out
 
 _state = {"jit": "MLX default"}
 
@@ -35,7 +35,7 @@ def configure() -> None:
     """Put the wrapper first on PATH (Linux x86-64 with g++ only; idempotent)."""
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
         return
-    if os.environ.get("MLXNET_JIT", "").lower() in ("default", "0", "off"):
+    if opted_out("MLXNET_JIT", "default"):
         _state["jit"] = "MLX default (MLXNET_JIT=default)"
         return
     folder = cache_dir("jit")

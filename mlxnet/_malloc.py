@@ -11,9 +11,10 @@ allocators do. ``MLXNET_MALLOC=system`` keeps glibc's defaults.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import sys
+
+from ._blas import opted_out
 
 # glibc <malloc.h>
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
@@ -25,7 +26,7 @@ def configure() -> None:
     """Turn glibc's mmap and trimming off (Linux with glibc only; idempotent)."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return
-    if os.environ.get("MLXNET_MALLOC", "").lower() in ("system", "0", "off"):
+    if opted_out("MLXNET_MALLOC", "system"):
         _state["malloc"] = "system (MLXNET_MALLOC=system)"
         return
     libc = ctypes.CDLL(None)

@@ -150,8 +150,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w_in + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     if (kh, kw) == (1, 1) and groups == 1 and padding == (0, 0):
-        xs = x[:, ::stride[0], ::stride[1], :] if stride != (1, 1) else x
-        y = (xs.reshape(-1, c) @ weight.reshape(c_out, c).T).reshape(n, oh, ow, c_out)
+        return pointwise_conv_of_concat([x[:, ::stride[0], ::stride[1], :] if stride != (1, 1) else x], weight, bias)
     elif groups == c == c_out and c_in_g == 1:
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _depthwise((kh, kw), stride, dilation, (oh, ow))(xp, weight)

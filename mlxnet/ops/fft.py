@@ -22,10 +22,13 @@ _MAX_DFT = 128  # the GEMMs' cost grows with H + W per element, the FFT's with l
 _NORMS = ("backward", "ortho", "forward")
 
 
-def _scales(norm: str, h: int, w: int) -> tuple[float, float, float, float]:
-    """(forward H, forward W, inverse H, inverse W) scale factors of ``norm``."""
+def _check_norm(norm: str) -> None:
     if norm not in _NORMS:
         raise MlxnetError(f"fft: norm must be one of {', '.join(_NORMS)}, got {norm!r}")
+
+
+def _scales(norm: str, h: int, w: int) -> tuple[float, float, float, float]:
+    """(forward H, forward W, inverse H, inverse W) scale factors of ``norm``."""
     if norm == "ortho":
         return 1 / math.sqrt(h), 1 / math.sqrt(w), 1 / math.sqrt(h), 1 / math.sqrt(w)
     return (1.0, 1.0, 1 / h, 1 / w) if norm == "backward" else (1 / h, 1 / w, 1.0, 1.0)
@@ -59,6 +62,7 @@ def _use_dft(h: int, w: int) -> bool:
 
 def rfft2(x: mx.array, norm: str = "backward") -> mx.array:
     """``mx.fft.rfft2(x, axes=(1, 2), norm=norm)`` of a real (N, H, W, C) map, in complex64."""
+    _check_norm(norm)
     n, h, w, c = x.shape
     x = x.astype(mx.float32)
     if not _use_dft(h, w):
@@ -75,6 +79,7 @@ def rfft2(x: mx.array, norm: str = "backward") -> mx.array:
 
 def irfft2(f: mx.array, s: tuple[int, int], norm: str = "backward") -> mx.array:
     """``mx.fft.irfft2(f, s=s, axes=(1, 2), norm=norm)`` of a complex (N, H, W//2+1, C) map."""
+    _check_norm(norm)
     n, h, k, c = f.shape
     w = s[1]
     if s[0] != h or k != w // 2 + 1:
