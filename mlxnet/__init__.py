@@ -2,10 +2,11 @@
 
 Importing mlxnet binds an optimised BLAS on Linux (before ``mlx.core`` loads), keeps freed
 memory for reuse on glibc (:mod:`mlxnet._malloc`), lets MLX's CPU JIT use this machine's
-vector units (:mod:`mlxnet._jit`) and picks the process's one default device
+vector units (:mod:`mlxnet._jit`), builds its CPU primitives on first use
+(:mod:`mlxnet._native`) and picks the process's one default device
 (:mod:`mlxnet.device`).
 """
-from . import _blas, _jit, _malloc
+from . import _blas, _jit, _malloc, _native
 
 _blas.bind()
 _malloc.configure()
@@ -30,8 +31,9 @@ __version__ = "0.1.0"
 blas_info = _blas.blas_info
 malloc_info = _malloc.malloc_info
 jit_info = _jit.jit_info
+native_info = _native.native_info
 
 __all__ = [
     "MlxnetError", "available_devices", "backend", "blas_info", "current_device",
-    "jit_info", "kernels_enabled", "malloc_info", "nn", "ops", "use_device", "use_kernels", "__version__",
+    "jit_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "use_device", "use_kernels", "__version__",
 ]

@@ -49,6 +49,9 @@ def info() -> None:
     table.add_row("BLAS (CPU)", mlxnet.blas_info())
     table.add_row("malloc (CPU)", mlxnet.malloc_info())
     table.add_row("JIT (CPU)", mlxnet.jit_info())
+    if mlxnet.backend() == "cpu":
+        mlxnet._native.module()  # build or load now, so the row says what the ops will use
+    table.add_row("CPU primitives", mlxnet.native_info())
     if mlxnet.backend() != "cpu":
         info = mx.device_info()
         mem = info.get("memory_size") or info.get("total_memory")

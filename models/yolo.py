@@ -56,13 +56,16 @@ class Conv(nn.Module):
     def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
         """A list ``x`` is the channel concatenation of its parts (a 1x1 conv only), computed
         without building it."""
+        conv, bias = self.conv, self.conv.get("bias")  # a fused conv's bias goes into the SiLU pass
         if isinstance(x, (list, tuple)):
-            x = ops.pointwise_conv_of_concat(x, self.conv.weight, self.conv.get("bias"))
+            x = ops.pointwise_conv_of_concat(x, conv.weight)
         else:
-            x = self.conv(x)
+            x = ops.conv2d(x, conv.weight, stride=conv.stride, padding=conv.padding)
         if "bn" in self:
             x = self.bn(x)
-        return ops.silu(x) if self.act else x
+        if self.act:
+            return ops.silu(x, bias)
+        return x if bias is None else x + bias
 
     def fuse(self) -> None:
         """Fold the BatchNorm into the conv in place (torch's fuse_conv_bn_weights arithmetic, as

@@ -1,0 +1,166 @@
+"""mlxnet's CPU primitives (``custom_kernels/cpu_ops.cpp``): built once per machine, then loaded.
+
+MLX has no custom-kernel hook on the CPU, so the two hot spots that MLX ops cannot make fast
+there (a convolution's patch matrix, and bias + SiLU on every core) are MLX primitives in C++.
+On Linux they are compiled on first use, the way MLX's own CPU JIT compiles fused kernels:
+``g++`` against the installed MLX headers and ``libmlx``, with nanobind (a dependency on
+Linux) for the Python binding, cached under ``~/.cache/mlxnet/native/<key>/`` (the key hashes
+the source, the MLX, nanobind and compiler versions and this CPU). The build takes about 10 s.
+
+When it cannot be used (macOS, no compiler, a nanobind whose ABI differs from MLX's, or
+``MLXNET_NATIVE=off``), :func:`module` returns None and the ops run their MLX-composed CPU
+paths; :func:`native_info` says why (``mlxnet info`` shows it).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import warnings
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
+
+from ._blas import cache_dir, opted_out
+
+NAME = "mlxnet_cpu_ops"
+_state: dict = {"tried": False, "module": None, "why": "not built yet (first CPU use builds it)"}
+_lock = threading.Lock()
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _cpu_identity() -> str:
+    # -march=native code runs only where it was built: a home folder shared by different CPUs
+    # gets one build per CPU.
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features", "model name")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _toolchain() -> dict:
+    import mlx.core as mx
+
+    try:
+        import nanobind
+    except ImportError:
+        raise _Unavailable("nanobind is not installed (pip install nanobind)") from None
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx or not shutil.which(cxx.split()[0]):
+        raise _Unavailable("no C++ compiler (g++ or $CXX) on PATH")
+    try:
+        version = subprocess.run([*cxx.split(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise _Unavailable(f"{cxx} --version failed: {e}") from None
+    mlx_dir = Path(mx.__file__).parent
+    return {"cxx": cxx.split(), "cxx_version": version.splitlines()[0] if version else cxx,
+            "mlx": mx.__version__, "mlx_include": mlx_dir / "include", "mlx_lib": mlx_dir / "lib",
+            "nanobind": nanobind.__version__, "nb_include": Path(nanobind.include_dir()),
+            "nb_source": Path(nanobind.source_dir()), "python_include": sysconfig.get_paths()["include"],
+            "suffix": sysconfig.get_config_var("EXT_SUFFIX") or ".so"}
+
+
+def _commands(tc: dict, source: Path, work: Path, target: Path) -> list[list[str]]:
+    common = ["-O3", "-std=gnu++20", "-fPIC", "-fvisibility=hidden", "-I", tc["python_include"],
+              "-I", str(tc["nb_include"])]
+    nanobind = [*tc["cxx"], *common, "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", "-fno-strict-aliasing",
+                "-isystem", str(tc["nb_source"].parent / "ext" / "robin_map" / "include"),
+                "-c", str(tc["nb_source"] / "nb_combined.cpp"), "-o", str(work / "nanobind.o")]
+    # No FMA contraction: bias_silu rounds exactly as the MLX-composed reference does.
+    native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+    ops = [*tc["cxx"], *common, *native, "-ffp-contract=off", "-DNB_DOMAIN=mlx",
+           "-isystem", str(tc["mlx_include"]), "-c", str(source), "-o", str(work / "cpu_ops.o")]
+    link = [*tc["cxx"], "-shared", str(work / "nanobind.o"), str(work / "cpu_ops.o"), "-o", str(target),
+            "-L", str(tc["mlx_lib"]), "-lmlx", f"-Wl,-rpath,{tc['mlx_lib']}"]
+    return [nanobind, ops, link]
+
+
+def _build(tc: dict, text: str, folder: Path) -> Path:
+    """Compile into a fresh temporary folder, then move the library into place atomically."""
+    target = folder / f"{NAME}{tc['suffix']}"
+    if target.is_file():
+        return target
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=folder.parent))
+    source = work / "cpu_ops.cpp"
+    source.write_text(text)
+    built = work / target.name
+    nanobind, ops, link = _commands(tc, source, work, built)
+    log = work / "build.log"
+    with open(log, "w") as out:
+        jobs = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT) for cmd in (nanobind, ops)]
+        if any(job.wait() for job in jobs) or subprocess.run(link, stdout=out, stderr=subprocess.STDOUT).returncode:
+            raise _Unavailable(f"building {source.name} failed: see {log}")
+    folder.mkdir(parents=True, exist_ok=True)
+    os.replace(built, target)
+    shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(NAME, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import mlx.core as mx
+
+    try:  # a nanobind with another ABI than mlx.core's cannot take mx.array arguments
+        mx.eval(module.bias_silu(mx.zeros((1, 2))))
+    except TypeError as e:
+        raise _Unavailable(f"{path.name} cannot take MLX arrays (nanobind ABI differs from MLX's): {e}") from None
+    return module
+
+
+def module() -> ModuleType | None:
+    """The loaded extension, or None (see :func:`native_info`). Builds it on the first call."""
+    if _state["tried"]:
+        return _state["module"]
+    with _lock:
+        if _state["tried"]:
+            return _state["module"]
+        _state["module"], _state["why"] = _try_load()
+        _state["tried"] = True
+    return _state["module"]
+
+
+def _try_load() -> tuple[ModuleType | None, str]:
+    if not sys.platform.startswith("linux"):
+        return None, f"not built on {sys.platform} (the MLX-composed CPU paths run)"
+    if opted_out("MLXNET_NATIVE", "off"):
+        return None, "off (MLXNET_NATIVE=off)"
+    try:
+        tc = _toolchain()
+        text = resources.files("mlxnet.custom_kernels").joinpath("cpu_ops.cpp").read_text()
+        key = hashlib.sha256("\n".join([text, tc["mlx"], tc["nanobind"], tc["cxx_version"], " ".join(tc["cxx"]),
+                                        _cpu_identity(), tc["suffix"]]).encode()).hexdigest()[:16]
+        path = _build(tc, text, cache_dir("native") / key)
+        return _load(path), f"on ({path})"
+    except _Unavailable as e:
+        if "failed" in str(e) or "ABI" in str(e):
+            warnings.warn(f"mlxnet: CPU primitives unavailable, using MLX-composed paths: {e}",
+                          RuntimeWarning, stacklevel=3)
+        return None, str(e)
+
+
+def native_info() -> str:
+    return _state["why"]
+
+
+def on_cpu() -> ModuleType | None:
+    """The extension when this call runs on the CPU device (its primitives are CPU-only)."""
+    import mlx.core as mx
+
+    return module() if mx.default_device().type == mx.cpu else None
