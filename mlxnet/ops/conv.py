@@ -14,7 +14,8 @@ Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
 - strided convs, and stride-1 ones on small maps (≤ 2500 output pixels, where nine tap GEMMs
   are too small to run well), with mlxnet's CPU primitives built: their im2col (runs copied
   on every core, padding implicit) + one GEMM. 320²×16→32 stride 2: mx.conv2d 5.3 ms, this
-  3.5; 40²×64→64 stride 1: shifted GEMMs 1.0 ms, this 0.5.
+  3.5; 40²×64→64 stride 1: shifted GEMMs 1.0 ms, this 0.5. Not for patches of ≤ 32 values
+  (an RGB image's 3×3 conv: 27), where mx.conv2d measured faster (640²×3→16: 2.6 vs 4.2 ms).
 Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the
 op runs MLX's own convolution (cuDNN / Metal's), as the models did before these CPU paths
 existed.
@@ -176,7 +177,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     elif groups == 1 and stride == (1, 1) and (kh, kw) != (1, 1) and 4 * c_out <= c:
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _taps_then_shift(xp, weight, dilation, (oh, ow))
-    elif native is not None and groups == 1 and kh * kw > 1 and (stride != (1, 1) or n * oh * ow <= _IM2COL_PIXELS):
+    elif native is not None and groups == 1 and kh * kw > 1 and kh * kw * c > 32 and (stride != (1, 1) or n * oh * ow <= _IM2COL_PIXELS):
         return _im2col_gemm(native, x, weight, bias, stride, padding, dilation)
     elif groups == 1 and stride == (1, 1) and 1 < kh * kw <= 9 and c >= 8 and n * oh * ow >= 2048:
         pads = [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)]

@@ -1,0 +1,185 @@
+"""mlxnet's CPU primitives (custom_kernels/cpu_ops.cpp via mlxnet._native): built, equal to the
+MLX references, differentiable, used by the ops, and a clean fallback when they cannot build."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlxnet
+from mlxnet import _native, ops
+from mlxnet.ops import activations
+
+LINUX_WITH_GXX = sys.platform.startswith("linux") and shutil.which("g++") is not None
+pytestmark = pytest.mark.skipif(not LINUX_WITH_GXX, reason="the CPU primitives are built on Linux with g++")
+
+
+@pytest.fixture
+def native():
+    with mlxnet.use_device("cpu"):
+        module = _native.module()
+        assert module is not None, f"CPU primitives did not load: {mlxnet.native_info()}"
+        yield module
+
+
+def _im2col_numpy(x: np.ndarray, k, s, p, d) -> np.ndarray:
+    n, h, w, c = x.shape
+    xp = np.pad(x, [(0, 0), (p[0], p[0]), (p[1], p[1]), (0, 0)])
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    taps = [xp[:, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0], j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    return np.concatenate(taps, axis=-1)
+
+
+GEOMETRIES = [  # kernel, stride, padding, dilation, input (N, H, W, C)
+    ((3, 3), (2, 2), (1, 1), (1, 1), (2, 17, 12, 3)),
+    ((3, 3), (1, 1), (1, 1), (1, 1), (1, 9, 14, 16)),
+    ((7, 7), (2, 2), (3, 3), (1, 1), (1, 23, 20, 3)),    # ResNet's stem
+    ((3, 2), (2, 3), (0, 2), (1, 1), (2, 11, 13, 5)),
+    ((3, 3), (1, 2), (2, 2), (2, 3), (1, 15, 16, 4)),    # dilated: runs copied pixel by pixel
+    ((1, 1), (2, 2), (0, 0), (1, 1), (1, 8, 9, 6)),
+]
+
+
+@pytest.mark.parametrize("k,s,p,d,shape", GEOMETRIES)
+def test_im2col_equals_numpy_patches(native, k, s, p, d, shape):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    for dtype in (mx.float32, mx.float16):
+        got = native.im2col(mx.array(x).astype(dtype), k, s, p, d)
+        assert got.dtype == dtype
+        want = _im2col_numpy(np.array(mx.array(x).astype(dtype).astype(mx.float32)), k, s, p, d)
+        np.testing.assert_array_equal(np.array(got.astype(mx.float32)), want)
+    # a non-contiguous input (a transposed view) is read correctly too
+    xt = mx.array(x).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(np.array(native.im2col(xt, k, s, p, d)),
+                                  _im2col_numpy(np.array(xt), k, s, p, d))
+
+
+def test_im2col_rejects_a_kernel_larger_than_the_input(native):
+    with pytest.raises(ValueError, match="does not fit"):
+        native.im2col(mx.zeros((1, 2, 2, 3)), (5, 5), (1, 1), (0, 0), (1, 1))
+
+
+@pytest.mark.parametrize("k,s,p,d,shape", GEOMETRIES)
+def test_im2col_gradient_is_col2im(native, k, s, p, d, shape):
+    x = mx.random.normal(shape, key=mx.random.key(3))
+    probe = mx.random.normal(native.im2col(x, k, s, p, d).shape, key=mx.random.key(4))
+    got = mx.grad(lambda x: (native.im2col(x, k, s, p, d) * probe).sum())(x)
+    want = mx.grad(lambda x: (_im2col_composed(x, k, s, p, d) * probe).sum())(x)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+
+
+def _im2col_composed(x: mx.array, k, s, p, d) -> mx.array:
+    n, h, w, c = x.shape
+    xp = mx.pad(x, [(0, 0), (p[0], p[0]), (p[1], p[1]), (0, 0)])
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    return mx.concatenate([xp[:, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0],
+                              j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]]
+                           for i in range(k[0]) for j in range(k[1])], axis=-1)
+
+
+@pytest.mark.parametrize("shape,k,stride,padding", [
+    ((1, 32, 32, 16), 3, 2, 1),      # strided
+    ((2, 20, 24, 32), 3, 1, 1),      # stride 1, small map (≤ 2500 output pixels)
+    ((1, 21, 19, 3), 7, 2, 3),
+])
+def test_conv2d_runs_im2col_and_equals_mx_conv2d(native, monkeypatch, shape, k, stride, padding):
+    x = mx.random.normal(shape, key=mx.random.key(5))
+    w = mx.random.normal((24, k, k, shape[-1]), key=mx.random.key(6)) * 0.1
+    b = mx.random.normal((24,), key=mx.random.key(7))
+    calls = []
+    im2col = native.im2col
+    monkeypatch.setattr(native, "im2col", lambda *a: calls.append(a[1:]) or im2col(*a))
+    got = ops.conv2d(x, w, b, stride=stride, padding=padding)
+    want = mx.conv2d(x, w, stride=stride, padding=padding) + b
+    assert calls == [((k, k), (stride, stride), (padding, padding), (1, 1))]
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
+    # gradients through the im2col path equal MLX's own convolution's
+    gx, gw = mx.grad(lambda x, w: (ops.conv2d(x, w, stride=stride, padding=padding) ** 2).sum(), (0, 1))(x, w)
+    rx, rw = mx.grad(lambda x, w: (mx.conv2d(x, w, stride=stride, padding=padding) ** 2).sum(), (0, 1))(x, w)
+    np.testing.assert_allclose(np.array(gx), np.array(rx), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.array(gw), np.array(rw), rtol=1e-3, atol=2e-3)
+
+
+def test_bias_silu_equals_the_composed_reference(native, monkeypatch):
+    x = mx.random.normal((3, 7, 5, 48), key=mx.random.key(8)) * 8
+    x = mx.concatenate([x.reshape(-1), mx.array([0.0, -0.0, 90.0, -90.0, 1e30, -1e30, float("inf"), -float("inf")])])
+    x = x[: (x.size // 48) * 48].reshape(-1, 48)
+    b = mx.random.normal((48,), key=mx.random.key(9))
+    calls = []
+    fused = native.bias_silu
+    monkeypatch.setattr(native, "bias_silu", lambda *a: calls.append(len(a)) or fused(*a))
+    for bias in (b, None):
+        got = np.array(ops.silu(x, bias))
+        v = x if bias is None else x + bias
+        ref = np.array(activations._silu_f32(v))  # the MLX-composed reference
+        np.testing.assert_allclose(got, ref, rtol=5e-7, atol=0)
+        v64 = np.array(v).astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            exact = np.where(v64 < -700, -0.0, v64 / (1 + np.exp(-np.clip(v64, -700, 700))))
+        np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-30)
+    assert calls == [2, 2]
+    # float16 and a bias of another shape take the composed path (and keep their semantics)
+    half = ops.silu(x.astype(mx.float16), b.astype(mx.float16))
+    assert half.dtype == mx.float16 and calls == [2, 2]
+
+
+def test_bias_silu_gradients(native):
+    x = mx.random.normal((4, 6, 16), key=mx.random.key(10)) * 3
+    b = mx.random.normal((16,), key=mx.random.key(11))
+
+    def reference(x, b):
+        v = x + b
+        return (v * mx.sigmoid(v) * mx.arange(16)).sum()
+    got = mx.grad(lambda x, b: (ops.silu(x, b) * mx.arange(16)).sum(), (0, 1))(x, b)
+    want = mx.grad(reference, (0, 1))(x, b)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-5, atol=1e-5)
+
+
+_PROBE = """
+import warnings
+warnings.simplefilter("always")
+import mlxnet, mlx.core as mx
+from mlxnet import _native, ops
+mlxnet.use_device("cpu")
+x = mx.random.normal((1, 12, 12, 4), key=mx.random.key(0))
+w = mx.random.normal((8, 3, 3, 4), key=mx.random.key(1))
+diff = mx.abs(ops.conv2d(x, w, stride=2, padding=1) - mx.conv2d(x, w, stride=2, padding=1)).max()
+print(_native.module() is None, float(diff), mlxnet.native_info(), sep="|")
+"""
+
+
+def _probe(tmp_path, **env) -> tuple[list[str], str]:
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split("|"), out.stderr
+
+
+def test_without_the_primitives_the_composed_paths_run(tmp_path):
+    (none, diff, why), _ = _probe(tmp_path, MLXNET_NATIVE="off")
+    assert none == "True" and float(diff) < 1e-4 and why == "off (MLXNET_NATIVE=off)"
+    # a compiler that fails: one warning naming the build log, the same results
+    (none, diff, why), err = _probe(tmp_path, CXX="false")
+    assert none == "True" and float(diff) < 1e-4
+    assert why.startswith("building cpu_ops.cpp failed: see ") and why.endswith("build.log")
+    assert "CPU primitives unavailable" in err
+    assert not list((tmp_path / "cache" / "mlxnet" / "native").glob("*/*.so"))  # nothing half-built is kept
+
+
+def test_the_build_is_cached_per_machine(tmp_path):
+    (none, diff, why), _ = _probe(tmp_path)
+    assert none == "False" and float(diff) < 1e-4 and why.startswith("on (")
+    built = list((tmp_path / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    (none, _, why_again), _ = _probe(tmp_path)
+    assert none == "False" and why_again == why and built[0].stat().st_mtime_ns == stamp
