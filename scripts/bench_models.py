@@ -312,8 +312,11 @@ def main() -> None:
     import torch
 
     dev = torch_device(a.device)
+    if a.device == "cpu":
+        mlxnet._native.module()  # build or load the CPU primitives before any timing
     print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}; JIT {mlxnet.jit_info()}; malloc "
-          f"{mlxnet.malloc_info()}); torch {torch.__version__} on {dev}, {torch.get_num_threads()} threads")
+          f"{mlxnet.malloc_info()}; CPU primitives {mlxnet.native_info()}); torch {torch.__version__} on {dev}, "
+          f"{torch.get_num_threads()} threads")
     print(f"{'model':24s} {'mlxnet ms':>10s} {'torch ms':>10s} {'mlxnet/torch':>13s}  note")
     rows = []
     for name, build in ENTRIES.items():
