@@ -14,6 +14,7 @@
 #include <future>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -74,6 +75,25 @@ inline void copy_bytes(char* d, const char* s, size_t n) {
   for (; n; --n) *d++ = *s++;
 }
 
+// The primitives here have no GPU evaluation: the ops call them on the CPU device only.
+class CpuPrimitive : public mx::Primitive {
+ public:
+  using mx::Primitive::Primitive;
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error(std::string(name()) + ": mlxnet's CPU primitive runs on the CPU only");
+  }
+
+ protected:
+  // Allocates the output and registers every array with this stream's encoder.
+  mx::cpu::CommandEncoder& encoder_for(const std::vector<mx::array>& inputs, mx::array& out) {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (auto& a : inputs) encoder.set_input_array(a);
+    encoder.set_output_array(out);
+    return encoder;
+  }
+};
+
 struct Geometry {
   int kh, kw, sh, sw, ph, pw, dh, dw;
   bool operator==(const Geometry&) const = default;
@@ -83,17 +103,14 @@ int out_size(int in, int k, int s, int p, int d) {
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
-class Im2Col : public mx::Primitive {
+class Im2Col : public CpuPrimitive {
  public:
-  Im2Col(mx::Stream s, Geometry g) : mx::Primitive(s), g_(g) {}
+  Im2Col(mx::Stream s, Geometry g) : CpuPrimitive(s), g_(g) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     auto& x = inputs[0];
     auto& out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    encoder.set_input_array(x);
-    encoder.set_output_array(out);
+    auto& encoder = encoder_for(inputs, out);
     size_t pixel = x.shape(3) * x.itemsize();
     int batch = x.shape(0), h = x.shape(1), w = x.shape(2), oh = out.shape(1), ow = out.shape(2);
     encoder.dispatch([src = x.data<char>(), dst = out.data<char>(), g = g_, pixel, batch, h, w, oh, ow] {
@@ -128,10 +145,6 @@ class Im2Col : public mx::Primitive {
         }
       });
     });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("mlxnet's im2col primitive runs on the CPU only");
   }
 
   // col2im with MLX ops: each tap's cotangent is added into its strided window of the padded
@@ -190,22 +203,15 @@ inline float silu(float x) {
   return x / (1.0f + e);
 }
 
-class BiasSiLU : public mx::Primitive {
+class BiasSiLU : public CpuPrimitive {
  public:
-  BiasSiLU(mx::Stream s, bool has_bias) : mx::Primitive(s), has_bias_(has_bias) {}
+  BiasSiLU(mx::Stream s, bool has_bias) : CpuPrimitive(s), has_bias_(has_bias) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     auto& y = inputs[0];
     auto& out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    encoder.set_input_array(y);
-    const float* bias = nullptr;
-    if (has_bias_) {
-      encoder.set_input_array(inputs[1]);
-      bias = inputs[1].data<float>();
-    }
-    encoder.set_output_array(out);
+    auto& encoder = encoder_for(inputs, out);
+    const float* bias = has_bias_ ? inputs[1].data<float>() : nullptr;
     size_t c = y.ndim() ? y.shape(-1) : 1, rows = c ? y.size() / c : 0;
     encoder.dispatch([src = y.data<float>(), dst = out.data<float>(), bias, c, rows] {
       parallel_for(rows, std::max<size_t>(1, 32768 / std::max<size_t>(c, 1)), [&](size_t lo, size_t hi) {
@@ -220,10 +226,6 @@ class BiasSiLU : public mx::Primitive {
         }
       });
     });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("mlxnet's bias_silu primitive runs on the CPU only");
   }
 
   // d silu(v)/dv = s·(1 + v·(1 − s)), s = sigmoid(v); the bias gets the sum over all but C.

@@ -36,7 +36,12 @@ _lock = threading.Lock()
 
 
 class _Unavailable(Exception):
-    pass
+    """Why the primitives cannot be used; ``broken`` when that is a fault worth a warning (a
+    failed build, a mismatched nanobind), not a machine without the tools."""
+
+    def __init__(self, why: str, broken: bool = False) -> None:
+        super().__init__(why)
+        self.broken = broken
 
 
 def _cpu_identity() -> str:
@@ -103,7 +108,7 @@ def _build(tc: dict, text: str, folder: Path) -> Path:
     with open(log, "w") as out:
         jobs = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT) for cmd in (nanobind, ops)]
         if any(job.wait() for job in jobs) or subprocess.run(link, stdout=out, stderr=subprocess.STDOUT).returncode:
-            raise _Unavailable(f"building {source.name} failed: see {log}")
+            raise _Unavailable(f"building {source.name} failed: see {log}", broken=True)
     folder.mkdir(parents=True, exist_ok=True)
     os.replace(built, target)
     shutil.rmtree(work, ignore_errors=True)
@@ -120,7 +125,8 @@ def _load(path: Path) -> ModuleType:
     try:  # a nanobind with another ABI than mlx.core's cannot take mx.array arguments
         mx.eval(module.bias_silu(mx.zeros((1, 2))))
     except TypeError as e:
-        raise _Unavailable(f"{path.name} cannot take MLX arrays (nanobind ABI differs from MLX's): {e}") from None
+        raise _Unavailable(f"{path.name} cannot take MLX arrays (nanobind ABI differs from MLX's): {e}",
+                           broken=True) from None
     return module
 
 
@@ -149,7 +155,7 @@ def _try_load() -> tuple[ModuleType | None, str]:
         path = _build(tc, text, cache_dir("native") / key)
         return _load(path), f"on ({path})"
     except _Unavailable as e:
-        if "failed" in str(e) or "ABI" in str(e):
+        if e.broken:
             warnings.warn(f"mlxnet: CPU primitives unavailable, using MLX-composed paths: {e}",
                           RuntimeWarning, stacklevel=3)
         return None, str(e)
@@ -161,6 +167,6 @@ def native_info() -> str:
 
 def on_cpu() -> ModuleType | None:
     """The extension when this call runs on the CPU device (its primitives are CPU-only)."""
-    import mlx.core as mx
+    from .device import current_device  # not at import: mlx.core must load after _blas.bind()
 
-    return module() if mx.default_device().type == mx.cpu else None
+    return module() if current_device() == "cpu" else None

@@ -30,14 +30,15 @@ def native():
         yield module
 
 
-def _im2col_numpy(x: np.ndarray, k, s, p, d) -> np.ndarray:
+def _im2col_reference(x, k, s, p, d, lib=np):
+    """The patch matrix by padding and strided slices, in numpy (``lib=np``) or MLX (``lib=mx``)."""
     n, h, w, c = x.shape
-    xp = np.pad(x, [(0, 0), (p[0], p[0]), (p[1], p[1]), (0, 0)])
+    xp = lib.pad(x, [(0, 0), (p[0], p[0]), (p[1], p[1]), (0, 0)])
     oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
     ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
     taps = [xp[:, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0], j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]]
             for i in range(k[0]) for j in range(k[1])]
-    return np.concatenate(taps, axis=-1)
+    return lib.concatenate(taps, axis=-1)
 
 
 GEOMETRIES = [  # kernel, stride, padding, dilation, input (N, H, W, C)
@@ -56,12 +57,12 @@ def test_im2col_equals_numpy_patches(native, k, s, p, d, shape):
     for dtype in (mx.float32, mx.float16):
         got = native.im2col(mx.array(x).astype(dtype), k, s, p, d)
         assert got.dtype == dtype
-        want = _im2col_numpy(np.array(mx.array(x).astype(dtype).astype(mx.float32)), k, s, p, d)
+        want = _im2col_reference(np.array(mx.array(x).astype(dtype).astype(mx.float32)), k, s, p, d)
         np.testing.assert_array_equal(np.array(got.astype(mx.float32)), want)
     # a non-contiguous input (a transposed view) is read correctly too
     xt = mx.array(x).transpose(0, 2, 1, 3)
     np.testing.assert_array_equal(np.array(native.im2col(xt, k, s, p, d)),
-                                  _im2col_numpy(np.array(xt), k, s, p, d))
+                                  _im2col_reference(np.array(xt), k, s, p, d))
 
 
 def test_im2col_rejects_a_kernel_larger_than_the_input(native):
@@ -74,18 +75,8 @@ def test_im2col_gradient_is_col2im(native, k, s, p, d, shape):
     x = mx.random.normal(shape, key=mx.random.key(3))
     probe = mx.random.normal(native.im2col(x, k, s, p, d).shape, key=mx.random.key(4))
     got = mx.grad(lambda x: (native.im2col(x, k, s, p, d) * probe).sum())(x)
-    want = mx.grad(lambda x: (_im2col_composed(x, k, s, p, d) * probe).sum())(x)
+    want = mx.grad(lambda x: (_im2col_reference(x, k, s, p, d, lib=mx) * probe).sum())(x)
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
-
-
-def _im2col_composed(x: mx.array, k, s, p, d) -> mx.array:
-    n, h, w, c = x.shape
-    xp = mx.pad(x, [(0, 0), (p[0], p[0]), (p[1], p[1]), (0, 0)])
-    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
-    return mx.concatenate([xp[:, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0],
-                              j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]]
-                           for i in range(k[0]) for j in range(k[1])], axis=-1)
 
 
 @pytest.mark.parametrize("shape,k,stride,padding", [
