@@ -57,6 +57,9 @@ class Conv(nn.Module):
         """A list ``x`` is the channel concatenation of its parts (a 1x1 conv only), computed
         without building it."""
         conv, bias = self.conv, self.conv.get("bias")  # a fused conv's bias goes into the SiLU pass
+        if "bn" not in self and not isinstance(x, (list, tuple)):  # conv, bias and SiLU in one op
+            return ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding,
+                              activation="silu" if self.act else None)
         if isinstance(x, (list, tuple)):
             x = ops.pointwise_conv_of_concat(x, conv.weight)
         else:

@@ -29,6 +29,7 @@ import mlx.core as mx
 
 from .. import _native
 from ..errors import MlxnetError
+from .activations import _silu_gpu, silu
 from .registry import register
 
 Pair = tuple[int, int]
@@ -62,11 +63,20 @@ def _check_groups(x: mx.array, weight: mx.array, groups: int) -> None:
                           f"an input of {c} channels")
 
 
+def _check_activation(activation: str | None) -> None:
+    if activation not in (None, "silu"):
+        raise MlxnetError(f"conv2d: activation must be None or 'silu', got {activation!r}")
+
+
 def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stride: int | Pair = 1,
-             padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1) -> mx.array:
+             padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1,
+             activation: str | None = None) -> mx.array:
     _check_groups(x, weight, groups)
+    _check_activation(activation)
     y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
                   groups=groups)
+    if activation == "silu":
+        return _silu_gpu(y, bias)
     return y if bias is None else y + bias
 
 
@@ -119,6 +129,17 @@ def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, dilati
     return mx.contiguous(y) if bias is None else y + bias
 
 
+_DIRECT_CHANNELS = 80 * 80  # c_in·c_out up to which the direct conv beats im2col + GEMM
+_DIRECT_PATCHES = 8 << 20  # ... and above which an im2col matrix (floats) costs more than it saves
+
+
+def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair, out_pixels: int) -> bool:
+    c_out, kh, kw, c = weight.shape
+    return (x.dtype == weight.dtype == mx.float32 and groups == 1 and kh * kw > 1 and c_out % 16 == 0
+            and padding[0] < kh and padding[1] < kw
+            and (c * c_out <= _DIRECT_CHANNELS or out_pixels * kh * kw * c >= _DIRECT_PATCHES))
+
+
 _IM2COL_PIXELS = 2500  # stride-1 maps up to this many output pixels take the im2col path
 
 
@@ -160,15 +181,21 @@ def _example() -> tuple[tuple, dict]:
 @register("conv2d", kernel=_builtin, example=_example)
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
            stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1,
-           groups: int = 1) -> mx.array:
-    """Conv2d on NHWC input with an OHWI weight (``mx.conv2d`` semantics, plus bias)."""
+           groups: int = 1, activation: str | None = None) -> mx.array:
+    """Conv2d on NHWC input with an OHWI weight (``mx.conv2d`` semantics, plus bias), then
+    ``activation`` (None or ``"silu"``) applied to conv + bias."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     n, h, w_in, c = x.shape
     c_out, kh, kw, c_in_g = weight.shape
     _check_groups(x, weight, groups)
+    _check_activation(activation)
     native = _native.on_cpu()
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w_in + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    if native is not None and _direct_fits(x, weight, groups, padding, n * oh * ow):
+        return native.direct_conv2d(x, weight, bias, stride, padding, dilation, activation == "silu")
+    if activation == "silu":
+        return silu(conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups), bias)
     if (kh, kw) == (1, 1) and groups == 1 and padding == (0, 0):
         return pointwise_conv_of_concat([x[:, ::stride[0], ::stride[1], :] if stride != (1, 1) else x], weight, bias)
     elif groups == c == c_out and c_in_g == 1:
