@@ -1,4 +1,5 @@
-"""conv2d op (1×1 as GEMM, depthwise as shifted multiply-adds, per-tap GEMMs, else mx.conv2d) against PyTorch."""
+"""conv2d op (1×1 as GEMM, depthwise as shifted multiply-adds, per-tap GEMMs, the CPU primitives'
+direct conv, else mx.conv2d) against PyTorch."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -23,6 +24,9 @@ CASES = [  # (input NHWC, C_out, kernel, stride, padding, dilation, groups)
     ((2, 33, 35, 8), 12, 3, 1, 1, 1, 1),    # stride 1, ≥ 2048 pixels → one GEMM per tap on rows
     ((1, 50, 48, 10), 9, 3, 1, 2, 2, 1),    # the same, dilated
     ((1, 48, 50, 8), 8, 2, 1, 0, 1, 1),     # the same, even kernel, no padding
+    ((1, 13, 29, 16), 32, 3, 1, 1, 1, 1),   # C_out % 16 == 0 → direct conv (CPU primitives)
+    ((2, 17, 12, 3), 16, 3, 2, 1, 1, 1),    # the same, an RGB stride-2 stem
+    ((1, 9, 13, 8), 112, 3, 1, 2, 2, 1),    # the same, dilated, 64 + 32 + 16 channel blocks
 ]
 
 
@@ -67,3 +71,32 @@ def test_pointwise_conv_of_concat_equals_the_conv_of_the_concatenation():
     assert got.shape == want.shape and mx.abs(got - want).max().item() < tol * max(1.0, mx.abs(want).max().item())
     with pytest.raises(mlxnet.MlxnetError, match=r"weight \(7, 1, 1, 15\) does not fit parts"):
         ops.pointwise_conv_of_concat(parts[:2], w)
+
+
+def _silu_conv_against_torch() -> None:
+    rng = np.random.default_rng(12)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 15, 14, 8), (32, 3, 3, 8), (32,)))
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), b))
+    ty = torch.nn.functional.silu(torch.nn.functional.conv2d(tx, tw, tb, stride=2, padding=1))
+    ty.square().sum().backward()
+    args = [mx.array(a) for a in (x, w, b)]
+    run = lambda *a: ops.conv2d(*a, stride=2, padding=1, activation="silu")  # noqa: E731
+    y = run(*args)
+    grads = mx.grad(lambda *a: run(*a).square().sum(), argnums=(0, 1, 2))(*args)
+    scale = 4 if mlxnet.backend() != "cuda" else 2000  # CUDA convs run in TF32
+    assert_close(y, ty.detach().numpy().transpose(0, 2, 3, 1), mx.float32, scale)
+    assert_close(grads[0], tx.grad.numpy().transpose(0, 2, 3, 1), mx.float32, scale)
+    assert_close(grads[1], tw.grad.numpy().transpose(0, 2, 3, 1), mx.float32, scale)
+    assert_close(grads[2], tb.grad.numpy(), mx.float32, scale)
+
+
+def test_silu_activation_matches_torch_and_bad_activations_error():
+    with mlxnet.use_device("cpu"):
+        _silu_conv_against_torch()
+        with pytest.raises(mlxnet.MlxnetError, match="activation must be None or 'silu', got 'relu'"):
+            ops.conv2d(mx.zeros((1, 4, 4, 2)), mx.zeros((16, 3, 3, 2)), activation="relu")
+
+
+@pytest.mark.gpu
+def test_silu_activation_on_gpu_matches_torch(gpu):
+    _silu_conv_against_torch()

@@ -138,6 +138,88 @@ def test_bias_silu_gradients(native):
         np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-5, atol=1e-5)
 
 
+DIRECT = [  # kernel, stride, padding, dilation, input (N, H, W, C), C_out
+    ((3, 3), (1, 1), (1, 1), (1, 1), (2, 13, 29, 16), 16),   # edge pixels, full tiles, a remainder
+    ((3, 3), (2, 2), (1, 1), (1, 1), (1, 17, 12, 3), 32),    # an RGB stride-2 stem
+    ((3, 3), (1, 1), (1, 1), (1, 1), (1, 9, 31, 8), 112),    # blocks of 64, 32 and 16 channels
+    ((7, 7), (2, 2), (3, 3), (1, 1), (1, 23, 20, 3), 64),    # ResNet's stem
+    ((3, 2), (2, 3), (0, 1), (1, 1), (2, 11, 13, 5), 48),    # non-square, unpadded rows
+    ((3, 3), (1, 2), (2, 2), (2, 3), (1, 15, 16, 4), 16),    # dilated
+    ((5, 5), (1, 1), (2, 2), (1, 1), (1, 3, 4, 6), 16),      # a map smaller than the kernel
+]
+
+
+def _conv_reference(x, w, b, s, p, d, act):
+    y = mx.conv2d(x, w, stride=s, padding=p, dilation=d)
+    y = y if b is None else y + b
+    return y * mx.sigmoid(y) if act else y
+
+
+@pytest.mark.parametrize("k,s,p,d,shape,c_out", DIRECT)
+def test_direct_conv_equals_mx_conv2d(native, k, s, p, d, shape, c_out):
+    x = mx.random.normal(shape, key=mx.random.key(20))
+    w = mx.random.normal((c_out, *k, shape[-1]), key=mx.random.key(21)) * 0.3
+    b = mx.random.normal((c_out,), key=mx.random.key(22))
+    for bias in (b, None):
+        for act in (False, True):
+            got = native.direct_conv2d(x, w, bias, s, p, d, act)
+            want = _conv_reference(x, w, bias, s, p, d, act)
+            assert got.shape == want.shape
+            np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=2e-5)
+    # a non-contiguous input (a transposed view) is read correctly too
+    xt = x.transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(np.array(native.direct_conv2d(xt, w, b, s, p, d, True)),
+                               np.array(_conv_reference(xt, w, b, s, p, d, True)), rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("k,s,p,d,shape,c_out", DIRECT[:3] + DIRECT[5:6])
+def test_direct_conv_gradients(native, k, s, p, d, shape, c_out):
+    x = mx.random.normal(shape, key=mx.random.key(23))
+    w = mx.random.normal((c_out, *k, shape[-1]), key=mx.random.key(24)) * 0.3
+    b = mx.random.normal((c_out,), key=mx.random.key(25))
+    probe = mx.random.normal(_conv_reference(x, w, b, s, p, d, True).shape, key=mx.random.key(26))
+    for act in (False, True):
+        got = mx.grad(lambda *a: (native.direct_conv2d(*a, s, p, d, act) * probe).sum(), (0, 1, 2))(x, w, b)
+        want = mx.grad(lambda *a: (_conv_reference(*a, s, p, d, act) * probe).sum(), (0, 1, 2))(x, w, b)
+        for g, r in zip(got, want):
+            np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-4, atol=1e-4)
+
+
+def test_direct_conv_rejects_what_it_cannot_run(native):
+    x = mx.zeros((1, 8, 8, 4))
+    with pytest.raises(ValueError, match="C_out a multiple of 16"):
+        native.direct_conv2d(x, mx.zeros((24, 3, 3, 4)), None, (1, 1), (1, 1), (1, 1), False)
+    with pytest.raises(ValueError, match=r"\(C_out, KH, KW, C\) weight"):
+        native.direct_conv2d(x, mx.zeros((16, 3, 3, 5)), None, (1, 1), (1, 1), (1, 1), False)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.direct_conv2d(x, mx.zeros((16, 11, 11, 4)), None, (1, 1), (1, 1), (1, 1), False)
+
+
+def test_conv2d_takes_the_direct_conv_where_it_fits(native, monkeypatch):
+    calls = []
+    direct = native.direct_conv2d
+    monkeypatch.setattr(native, "direct_conv2d", lambda *a: calls.append((a[1].shape, a[-1])) or direct(*a))
+    x = mx.random.normal((1, 20, 20, 32), key=mx.random.key(27))
+    w = mx.random.normal((32, 3, 3, 32), key=mx.random.key(28)) * 0.1
+    b = mx.random.normal((32,), key=mx.random.key(29))
+    got = ops.conv2d(x, w, b, padding=1, activation="silu")
+    np.testing.assert_allclose(np.array(got), np.array(_conv_reference(x, w, b, 1, 1, 1, True)), rtol=1e-5, atol=2e-5)
+    assert calls == [((32, 3, 3, 32), True)]
+    # not for: C_out off 16s, float16, 1×1 kernels, grouped convs, wide channels on a small map
+    ops.conv2d(x, w[:24], padding=1)
+    ops.conv2d(x.astype(mx.float16), w.astype(mx.float16), padding=1)
+    ops.conv2d(x, w[:, :1, :1])
+    ops.conv2d(x, w[:, :, :, :16], groups=2, padding=1)
+    ops.conv2d(mx.zeros((1, 8, 8, 128)), mx.zeros((128, 3, 3, 128)), padding=1)
+    assert len(calls) == 1
+    # without an activation too, and the SiLU of other paths still gets the bias
+    ops.conv2d(x, w, b, padding=1)
+    assert len(calls) == 2
+    got = ops.conv2d(x, w[:24], b[:24], padding=1, activation="silu")
+    np.testing.assert_allclose(np.array(got), np.array(_conv_reference(x, w[:24], b[:24], 1, 1, 1, True)),
+                               rtol=1e-5, atol=2e-5)
+
+
 _PROBE = """
 import warnings
 warnings.simplefilter("always")
