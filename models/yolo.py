@@ -57,9 +57,11 @@ class Conv(nn.Module):
         """A list ``x`` is the channel concatenation of its parts (a 1x1 conv only), computed
         without building it."""
         conv, bias = self.conv, self.conv.get("bias")  # a fused conv's bias goes into the SiLU pass
-        if "bn" not in self and not isinstance(x, (list, tuple)):  # conv, bias and SiLU in one op
-            return ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding,
-                              activation="silu" if self.act else None)
+        if "bn" not in self:  # conv, bias and SiLU in one op
+            activation = "silu" if self.act else None
+            if isinstance(x, (list, tuple)):
+                return ops.pointwise_conv_of_concat(x, conv.weight, bias, activation=activation)
+            return ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, activation=activation)
         if isinstance(x, (list, tuple)):
             x = ops.pointwise_conv_of_concat(x, conv.weight)
         else:
@@ -270,7 +272,8 @@ class YOLOv8(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS."""
-        return self.model[22](self.features(x))
+        with ops.all_direct_convs():  # all convs: on the CPU, none is left to OpenBLAS (see there)
+            return self.model[22](self.features(x))
 
     def fuse(self) -> "YOLOv8":
         """Fold every BatchNorm into its conv (inference only; ultralytics' predictor does the same)."""

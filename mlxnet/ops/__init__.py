@@ -5,7 +5,7 @@ kernel or the reference from the device in force when it runs.
 """
 from .registry import REGISTRY, Op, get, register
 from .norm import layer_norm
-from .conv import conv2d, pointwise_conv_of_concat
+from .conv import all_direct_convs, conv2d, pointwise_conv_of_concat
 from .activations import gelu, sigmoid, silu
 from .attention import scaled_dot_product_attention, softmax
 from .nms import nms
@@ -14,6 +14,6 @@ from . import pooling  # noqa: E402  (registers the pooling ops)
 from .pooling import *  # noqa: F401,F403
 from .conv_transpose import conv_transpose1d, conv_transpose2d
 
-__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "pointwise_conv_of_concat", "nms", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax"]
+__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "all_direct_convs", "pointwise_conv_of_concat", "nms", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax"]
 __all__ += pooling.__all__
 __all__ += ["conv_transpose1d", "conv_transpose2d"]

@@ -22,8 +22,10 @@ existed.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import mlx.core as mx
 
@@ -131,13 +133,31 @@ def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, dilati
 
 _DIRECT_CHANNELS = 80 * 80  # c_in·c_out up to which the direct conv beats im2col + GEMM
 _DIRECT_PATCHES = 8 << 20  # ... and above which an im2col matrix (floats) costs more than it saves
+_all_direct: ContextVar[bool] = ContextVar("mlxnet_all_direct_convs", default=False)
+
+
+@contextmanager
+def all_direct_convs() -> Iterator[None]:
+    """Within this block, every CPU conv the direct conv can run takes it (1×1 and concatenation
+    parts included), not only the shapes where it wins in isolation. For networks made of
+    convolutions (YOLOv8): once any conv runs as an OpenBLAS GEMM, OpenBLAS's idle threads spin
+    on the two cores for ~0.1 s and the direct convs after it run up to 2× slower. Measured per
+    forward: YOLOv8n 57 → 43–50 ms, YOLOv8s 139–141 → 107–111 ms; ResNet-50, whose 1×1 convs
+    are wide, ran 1.3× slower this way, so it is not the default."""
+    token = _all_direct.set(True)
+    try:
+        yield
+    finally:
+        _all_direct.reset(token)
 
 
 def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair, out_pixels: int) -> bool:
     c_out, kh, kw, c = weight.shape
-    return (x.dtype == weight.dtype == mx.float32 and groups == 1 and kh * kw > 1 and c_out % 16 == 0
-            and padding[0] < kh and padding[1] < kw
-            and (c * c_out <= _DIRECT_CHANNELS or out_pixels * kh * kw * c >= _DIRECT_PATCHES))
+    if not (x.dtype == weight.dtype == mx.float32 and groups == 1 and c_out % 16 == 0
+            and padding[0] < kh and padding[1] < kw):
+        return False
+    return _all_direct.get() or (kh * kw > 1 and (c * c_out <= _DIRECT_CHANNELS
+                                                  or out_pixels * kh * kw * c >= _DIRECT_PATCHES))
 
 
 _IM2COL_PIXELS = 2500  # stride-1 maps up to this many output pixels take the im2col path
@@ -153,15 +173,25 @@ def _im2col_gemm(native, x: mx.array, weight: mx.array, bias: mx.array | None, s
     return y if bias is None else y + bias
 
 
-def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array,
-                             bias: mx.array | None = None) -> mx.array:
+def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.array | None = None, *,
+                             activation: str | None = None) -> mx.array:
     """1×1 conv (stride 1, OHWI weight) of ``mx.concatenate(xs, axis=-1)`` without building the
-    concatenation: one GEMM per part, each accumulating into the last (addmm). The parts must
-    share N, H, W; the weight's input channels follow the parts' order."""
+    concatenation, then ``activation`` (None or ``"silu"``): with the CPU primitives, their
+    direct conv reading the parts in place; else one GEMM per part, each accumulating into the
+    last (addmm). The parts must share N, H, W; the weight's input channels follow the parts'
+    order."""
     c_out, c_in = weight.shape[0], weight.shape[-1]
     if weight.shape[1:3] != (1, 1) or sum(x.shape[-1] for x in xs) != c_in or len({x.shape[:3] for x in xs}) != 1:
         raise MlxnetError(f"pointwise conv: weight {tuple(weight.shape)} does not fit parts of shapes "
                           f"{[tuple(x.shape) for x in xs]}")
+    _check_activation(activation)
+    native = _native.on_cpu()
+    n, h, w_in, _ = xs[0].shape
+    if native is not None and len(xs) <= 8 and all(x.dtype == mx.float32 for x in xs) and _direct_fits(
+            xs[0], weight, 1, (0, 0), n * h * w_in):
+        return native.direct_conv2d(list(xs), weight, bias, (1, 1), (0, 0), (1, 1), activation == "silu")
+    if activation == "silu":
+        return silu(pointwise_conv_of_concat(xs, weight), bias)
     w = weight.reshape(c_out, c_in)
     y, start = None, 0
     for x in xs:
