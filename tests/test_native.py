@@ -220,6 +220,46 @@ def test_conv2d_takes_the_direct_conv_where_it_fits(native, monkeypatch):
                                rtol=1e-5, atol=2e-5)
 
 
+def test_direct_conv_reads_channel_parts_in_place(native):
+    parts = [mx.random.normal((2, 9, 7, c), key=mx.random.key(30 + c)) for c in (3, 16, 5)]
+    w = mx.random.normal((48, 3, 3, 24), key=mx.random.key(33)) * 0.2
+    b = mx.random.normal((48,), key=mx.random.key(34))
+    whole = mx.concatenate(parts, axis=-1)
+    got = native.direct_conv2d(parts, w, b, (2, 1), (1, 1), (1, 1), True)
+    np.testing.assert_allclose(np.array(got), np.array(_conv_reference(whole, w, b, (2, 1), 1, 1, True)),
+                               rtol=1e-5, atol=2e-5)
+    # the parts' gradients are the concatenation's, split
+    probe = mx.random.normal(got.shape, key=mx.random.key(35))
+    grads = mx.grad(lambda ps: (native.direct_conv2d(ps, w, b, (2, 1), (1, 1), (1, 1), True) * probe).sum())(parts)
+    want = mx.grad(lambda x: (_conv_reference(x, w, b, (2, 1), 1, 1, True) * probe).sum())(whole)
+    np.testing.assert_allclose(np.array(mx.concatenate(grads, axis=-1)), np.array(want), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="parts of the same N, H, W"):
+        native.direct_conv2d([parts[0], parts[1][:, :8]], w[:, :, :, :19], None, (1, 1), (1, 1), (1, 1), False)
+
+
+def test_all_direct_convs_takes_every_conv_that_fits(native, monkeypatch):
+    calls = []
+    direct = native.direct_conv2d
+    monkeypatch.setattr(native, "direct_conv2d", lambda *a: calls.append(a[1].shape) or direct(*a))
+    x = mx.random.normal((1, 20, 20, 128), key=mx.random.key(36))
+    w3, w1 = mx.random.normal((128, 3, 3, 128)) * 0.05, mx.random.normal((32, 1, 1, 192)) * 0.1
+    b = mx.random.normal((32,))
+    parts = [x, x[..., :64]]
+    ops.conv2d(x, w3, padding=1)  # wide channels on a small map: a GEMM outside the block
+    ops.pointwise_conv_of_concat(parts, w1, b, activation="silu")
+    assert calls == []
+    with ops.all_direct_convs():
+        y3 = ops.conv2d(x, w3, padding=1)
+        y1 = ops.pointwise_conv_of_concat(parts, w1, b, activation="silu")
+        ops.conv2d(x, w3[:24], padding=1)  # C_out off 16s still cannot
+    assert calls == [(128, 3, 3, 128), (32, 1, 1, 192)]
+    np.testing.assert_allclose(np.array(y3), np.array(_conv_reference(x, w3, None, 1, 1, 1, False)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.array(y1), np.array(_conv_reference(mx.concatenate(parts, -1), w1, b, 1, 0, 1, True)),
+                               rtol=1e-4, atol=1e-4)
+    ops.conv2d(x, w3, padding=1)  # the block's end restores the per-shape choice
+    assert len(calls) == 2
+
+
 _PROBE = """
 import warnings
 warnings.simplefilter("always")
