@@ -16,6 +16,12 @@ Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
   on every core, padding implicit) + one GEMM. 320²×16→32 stride 2: mx.conv2d 5.3 ms, this
   3.5; 40²×64→64 stride 1: shifted GEMMs 1.0 ms, this 0.5. Not for patches of ≤ 32 values
   (an RGB image's 3×3 conv: 27), where mx.conv2d measured faster (640²×3→16: 2.6 vs 4.2 ms).
+- with the CPU primitives, float32 and C_out a multiple of 16: their direct conv (register
+  tiles of pixels × 16–64 output channels, bias and SiLU fused, no patch matrix) where it won
+  in isolation: c_in·c_out ≤ 80² (and kernels > 1×1), or an im2col matrix over 8M floats
+  (with SiLU, one run: 640²×3→16 stride 2: 2.6 → 1.4 ms; 320²×16→32 stride 2: 2.8 → 1.4;
+  160²×16→16: 1.1 → 0.8; LaMa's 256²×64→128 stride 2: 12.7 → 6.7). Inside
+  `all_direct_convs()`, every conv it can run (see there).
 Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the
 op runs MLX's own convolution (cuDNN / Metal's), as the models did before these CPU paths
 existed.
