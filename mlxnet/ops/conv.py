@@ -148,7 +148,7 @@ def all_direct_convs() -> Iterator[None]:
     parts included), not only the shapes where it wins in isolation. For networks made of
     convolutions (YOLOv8): once any conv runs as an OpenBLAS GEMM, OpenBLAS's idle threads spin
     on the two cores for ~0.1 s and the direct convs after it run up to 2× slower. Measured per
-    forward: YOLOv8n 57 → 43–50 ms, YOLOv8s 139–141 → 107–111 ms; ResNet-50, whose 1×1 convs
+    forward: YOLOv8n 57 → 43–52 ms, YOLOv8s 139–141 → 107–115 ms; ResNet-50, whose 1×1 convs
     are wide, ran 1.3× slower this way, so it is not the default."""
     token = _all_direct.set(True)
     try:
