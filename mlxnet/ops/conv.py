@@ -18,10 +18,12 @@ Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
   (an RGB image's 3×3 conv: 27), where mx.conv2d measured faster (640²×3→16: 2.6 vs 4.2 ms).
 - with the CPU primitives, float32 and C_out a multiple of 16: their direct conv (register
   tiles of pixels × 16–64 output channels, bias and SiLU fused, no patch matrix) where it won
-  in isolation: c_in·c_out ≤ 80² (and kernels > 1×1), or an im2col matrix over 8M floats
-  (with SiLU, one run: 640²×3→16 stride 2: 2.6 → 1.4 ms; 320²×16→32 stride 2: 2.8 → 1.4;
-  160²×16→16: 1.1 → 0.8; LaMa's 256²×64→128 stride 2: 12.7 → 6.7). Inside
-  `all_direct_convs()`, every conv it can run (see there).
+  in isolation: c_in·c_out ≤ 80² and kernels > 1×1 (with SiLU, one run: 640²×3→16 stride 2:
+  2.6 → 1.4 ms; 320²×16→32 stride 2: 2.8 → 1.4; 160²×16→16: 1.1 → 0.8). Wider strided convs
+  on big maps won alone too (LaMa's 256²×64→128: 12.7 → 6.7 ms), but between LaMa's FFT GEMMs
+  the forward ran 5–8% slower with them (OpenBLAS's spinning threads, see
+  `all_direct_convs`), so they stay on im2col + GEMM. Inside `all_direct_convs()`, every conv
+  it can run (see there).
 Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the
 op runs MLX's own convolution (cuDNN / Metal's), as the models did before these CPU paths
 existed.
@@ -138,7 +140,6 @@ def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, dilati
 
 
 _DIRECT_CHANNELS = 80 * 80  # c_in·c_out up to which the direct conv beats im2col + GEMM
-_DIRECT_PATCHES = 8 << 20  # ... and above which an im2col matrix (floats) costs more than it saves
 _all_direct: ContextVar[bool] = ContextVar("mlxnet_all_direct_convs", default=False)
 
 
@@ -157,13 +158,12 @@ def all_direct_convs() -> Iterator[None]:
         _all_direct.reset(token)
 
 
-def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair, out_pixels: int) -> bool:
+def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair) -> bool:
     c_out, kh, kw, c = weight.shape
     if not (x.dtype == weight.dtype == mx.float32 and groups == 1 and c_out % 16 == 0
             and padding[0] < kh and padding[1] < kw):
         return False
-    return _all_direct.get() or (kh * kw > 1 and (c * c_out <= _DIRECT_CHANNELS
-                                                  or out_pixels * kh * kw * c >= _DIRECT_PATCHES))
+    return _all_direct.get() or (kh * kw > 1 and c * c_out <= _DIRECT_CHANNELS)
 
 
 _IM2COL_PIXELS = 2500  # stride-1 maps up to this many output pixels take the im2col path
@@ -192,9 +192,8 @@ def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.
                           f"{[tuple(x.shape) for x in xs]}")
     _check_activation(activation)
     native = _native.on_cpu()
-    n, h, w_in, _ = xs[0].shape
-    if native is not None and len(xs) <= 8 and all(x.dtype == mx.float32 for x in xs) and _direct_fits(
-            xs[0], weight, 1, (0, 0), n * h * w_in):
+    if (native is not None and len(xs) <= 8 and all(x.dtype == mx.float32 for x in xs)
+            and _direct_fits(xs[0], weight, 1, (0, 0))):
         return native.direct_conv2d(list(xs), weight, bias, (1, 1), (0, 0), (1, 1), activation == "silu")
     if activation == "silu":
         return silu(pointwise_conv_of_concat(xs, weight), bias)
@@ -228,7 +227,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     native = _native.on_cpu()
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w_in + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    if native is not None and _direct_fits(x, weight, groups, padding, n * oh * ow):
+    if native is not None and _direct_fits(x, weight, groups, padding):
         return native.direct_conv2d(x, weight, bias, stride, padding, dilation, activation == "silu")
     if activation == "silu":
         return silu(conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups), bias)
