@@ -56,21 +56,17 @@ class Conv(nn.Module):
     def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
         """A list ``x`` is the channel concatenation of its parts (a 1x1 conv only), computed
         without building it."""
-        conv, bias = self.conv, self.conv.get("bias")  # a fused conv's bias goes into the SiLU pass
-        if "bn" not in self:  # conv, bias and SiLU in one op
-            activation = "silu" if self.act else None
-            if isinstance(x, (list, tuple)):
-                return ops.pointwise_conv_of_concat(x, conv.weight, bias, activation=activation)
-            return ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, activation=activation)
+        conv, bias = self.conv, self.conv.get("bias")  # only a folded conv has a bias
+        # Folded: conv, bias and SiLU are one op. Else the SiLU follows the BatchNorm.
+        activation = "silu" if self.act and "bn" not in self else None
         if isinstance(x, (list, tuple)):
-            x = ops.pointwise_conv_of_concat(x, conv.weight)
+            x = ops.pointwise_conv_of_concat(x, conv.weight, bias, activation=activation)
         else:
-            x = ops.conv2d(x, conv.weight, stride=conv.stride, padding=conv.padding)
+            x = ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, activation=activation)
         if "bn" in self:
             x = self.bn(x)
-        if self.act:
-            return ops.silu(x, bias)
-        return x if bias is None else x + bias
+            return ops.silu(x) if self.act else x
+        return x
 
     def fuse(self) -> None:
         """Fold the BatchNorm into the conv in place (torch's fuse_conv_bn_weights arithmetic, as
