@@ -192,7 +192,7 @@ def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.
                           f"{[tuple(x.shape) for x in xs]}")
     _check_activation(activation)
     native = _native.on_cpu()
-    if (native is not None and len(xs) <= 8 and all(x.dtype == mx.float32 for x in xs)
+    if (native is not None and len(xs) <= native.max_parts and all(x.dtype == mx.float32 for x in xs)
             and _direct_fits(xs[0], weight, 1, (0, 0))):
         return native.direct_conv2d(list(xs), weight, bias, (1, 1), (0, 0), (1, 1), activation == "silu")
     if activation == "silu":
