@@ -127,6 +127,10 @@ def _example() -> tuple[tuple, dict]:
     return (mx.random.normal((2, 9, 7, 33)) * 4,), {}
 
 
+def _edge_examples() -> list[tuple[tuple, dict]]:
+    return [((mx.array(1.5),), {}), ((mx.array([-3.0, 0.0, 2.0]),), {}), ((mx.zeros((0, 3)),), {})]
+
+
 _silu_kernel, _SILU = _elementwise_kernel("silu")
 _sigmoid_kernel, _SIGMOID = _elementwise_kernel("sigmoid")
 _gelu_kernel, _GELU = _elementwise_kernel("gelu")
@@ -136,7 +140,8 @@ def _silu_gpu(x: mx.array, bias: mx.array | None = None) -> mx.array:
     return _silu_kernel(x if bias is None else x + bias)
 
 
-@register("silu", kernel=_silu_gpu, sources=(_SILU,), example=_example)
+@register("silu", kernel=_silu_gpu, sources=(_SILU,), example=_example,
+          edge_examples=_edge_examples)
 def silu(x: mx.array, bias: mx.array | None = None) -> mx.array:
     """x · sigmoid(x) (YOLOv8's activation) of ``x + bias`` (bias: per channel, optional),
     computed in float32. On the CPU, in float32, one pass of mlxnet's CPU primitive does it
@@ -148,13 +153,15 @@ def silu(x: mx.array, bias: mx.array | None = None) -> mx.array:
     return _silu_f32(x if bias is None else x + bias)
 
 
-@register("sigmoid", kernel=_sigmoid_kernel, sources=(_SIGMOID,), example=_example)
+@register("sigmoid", kernel=_sigmoid_kernel, sources=(_SIGMOID,), example=_example,
+          edge_examples=_edge_examples)
 def sigmoid(x: mx.array) -> mx.array:
     """1 / (1 + exp(-x)), computed in float32."""
     return _sigmoid_f32(x)
 
 
-@register("gelu", kernel=_gelu_kernel, sources=(_GELU,), example=_example)
+@register("gelu", kernel=_gelu_kernel, sources=(_GELU,), example=_example,
+          edge_examples=_edge_examples)
 def gelu(x: mx.array) -> mx.array:
     """GELU, erf form (PyTorch's default), computed in float32."""
     return _gelu_given_gauss(x, _gauss(x.astype(mx.float32)))

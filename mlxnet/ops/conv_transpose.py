@@ -74,8 +74,17 @@ def _example1d() -> tuple[tuple, dict]:
     return (x, w, b), {"stride": 2, "padding": 1, "output_padding": 1, "dilation": 2, "groups": 3}
 
 
+def _edges(nd: int) -> list[tuple[tuple, dict]]:
+    """Under 8 elements in every input, with and without bias; an empty batch."""
+    spatial = (1,) * nd
+    x, w, b = mx.array([0.5, -1.0]).reshape(1, *spatial, 2), mx.array([2.0, 3.0]).reshape(2, *spatial, 1), \
+        mx.array([0.25, 0.0])
+    return [((x, w, b), {"stride": 2, "groups": 2}), ((x, w), {"groups": 2}),
+            ((mx.zeros((0, *(3,) * nd, 2)), w, b), {"groups": 2})]
+
+
 @register("conv_transpose2d", kernel=_kernel2d, kernel_vjp=_vjp2d, sources=(gpu.GATHER,),
-          example=_example2d)
+          example=_example2d, edge_examples=lambda: _edges(2))
 def conv_transpose2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                      stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
                      dilation: IntOrTuple = 1, groups: int = 1) -> mx.array:
@@ -84,7 +93,7 @@ def conv_transpose2d(x: mx.array, weight: mx.array, bias: mx.array | None = None
 
 
 @register("conv_transpose1d", kernel=_kernel1d, kernel_vjp=_vjp1d, sources=(gpu.GATHER,),
-          example=_example1d)
+          example=_example1d, edge_examples=lambda: _edges(1))
 def conv_transpose1d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                      stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
                      dilation: IntOrTuple = 1, groups: int = 1) -> mx.array:

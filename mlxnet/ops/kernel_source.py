@@ -6,7 +6,6 @@ names below, which each back end's prelude defines:
 
     mx_tid, mx_lid, mx_gid, mx_tgsize   uint3: thread in grid, thread in group, group, group size
     MX_FN                                qualifier for helper functions
-    MX_DEVICE                            address space of kernel buffers in helper signatures
     MX_SHARED                            threadgroup / __shared__ storage (declarations)
     MX_SHARED_PTR                        address space of a shared-memory pointer parameter
     MX_BARRIER()                         threadgroup barrier
@@ -19,15 +18,26 @@ for input ``X`` when the body mentions them. Metal dispatches exactly ``grid`` t
 rounds up to whole blocks, so every body bounds-checks its thread index. Avoid identifiers that
 contain Metal attribute names (``grid_size``, ``thread_index_in_simdgroup``, ...): MLX adds an
 attribute parameter for each such name it finds in a Metal body.
+
+The address-space rule: on Metal, MLX passes an input of fewer than 8 elements as
+``const constant T*`` and every other input as ``const device T*``, and Metal never converts
+between address spaces. So a helper never names the address space of an input it reads: it
+takes the pointer as a template parameter (``template <typename Src> ... f(Src x)``), which
+deduces either. Two launch
+rules keep every body valid for every input size (see ``PortableKernel.__call__``): a 0-d
+input reaches the kernel as a 1-element array (MLX would pass it as a reference, which cannot
+be indexed), and a launch with no thread to run (an empty grid) is not made at all.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 
@@ -36,7 +46,6 @@ from ..errors import MlxnetError
 
 _METAL_HEADER = """
 #define MX_FN inline
-#define MX_DEVICE device
 #define MX_SHARED threadgroup
 #define MX_SHARED_PTR threadgroup
 #define MX_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
@@ -64,7 +73,6 @@ _METAL_BODY_PRELUDE = """
 _CUDA_HEADER = """
 typedef unsigned int uint;
 #define MX_FN __device__ inline
-#define MX_DEVICE
 #define MX_SHARED __shared__
 #define MX_SHARED_PTR
 #define MX_BARRIER() __syncthreads()
@@ -125,7 +133,48 @@ def int_params(values: tuple[int, ...]) -> mx.array:
     return mx.array(values, mx.int32)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
+class Launch:
+    """One kernel launch as the launch code asked for it (inputs after the launch rules)."""
+
+    kernel: "PortableKernel"
+    inputs: tuple[mx.array, ...]
+    template: tuple[tuple[str, Any], ...]
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+    output_shapes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[mx.Dtype, ...]
+    init_value: float | None = None
+
+    def run(self) -> list[mx.array]:
+        """Launch it for real on the back end in force (compiles it there first)."""
+        return self.kernel.launch(self)
+
+    def metal_source(self) -> str:
+        """The exact Metal source ``mx.fast.metal_kernel`` generates for this launch
+        (header, then MLX's signature and body; MLX prepends its own preamble when it
+        compiles). MLX prints it while tracing, which works without a GPU."""
+        return _generated_metal_source(self)
+
+
+# Every PortableKernel ever constructed, so checks can prove each one was rendered.
+KERNELS: list["PortableKernel"] = []
+_recording: list[list[Launch]] = []
+
+
+@contextlib.contextmanager
+def record_launches() -> Iterator[list[Launch]]:
+    """Record launches instead of running them (outputs are zero placeholders), on any
+    back end: what the compile checks use to see every kernel the launch code asks for."""
+    launches: list[Launch] = []
+    _recording.append(launches)
+    try:
+        yield launches
+    finally:
+        _recording.pop()
+
+
+@dataclass(eq=False)
 class PortableKernel:
     """One kernel of a ``custom_kernels/`` file, compiled lazily per back end.
 
@@ -140,6 +189,9 @@ class PortableKernel:
     atomic_outputs: bool = False
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
     built: set[tuple] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        KERNELS.append(self)
 
     @property
     def name(self) -> str:
@@ -174,12 +226,87 @@ class PortableKernel:
         output_dtypes: Sequence[mx.Dtype],
         init_value: float | None = None,
     ) -> list[mx.array]:
+        launch = Launch(
+            self, tuple(x.reshape(1) if x.ndim == 0 else x for x in inputs), tuple(template),
+            tuple(grid), tuple(threadgroup), tuple(tuple(s) for s in output_shapes),
+            tuple(output_dtypes), init_value)
+        if _recording or 0 in launch.grid:
+            if _recording:
+                _recording[-1].append(launch)
+            # Nothing to launch (or only recording): every output keeps its initial value.
+            fill = 0.0 if init_value is None else init_value
+            return [mx.full(s, fill, d) for s, d in zip(launch.output_shapes, launch.output_dtypes)]
+        return self.launch(launch)
+
+    def launch(self, launch: Launch) -> list[mx.array]:
         target = backend()
-        self.built.add((target, tuple((k, str(v)) for k, v in template)))
+        self.built.add((target, tuple((k, str(v)) for k, v in launch.template)))
         kwargs = dict(
-            inputs=list(inputs), template=list(template), grid=grid, threadgroup=threadgroup,
-            output_shapes=[tuple(s) for s in output_shapes], output_dtypes=list(output_dtypes),
+            inputs=list(launch.inputs), template=list(launch.template), grid=launch.grid,
+            threadgroup=launch.threadgroup, output_shapes=list(launch.output_shapes),
+            output_dtypes=list(launch.output_dtypes),
         )
-        if init_value is not None:
-            kwargs["init_value"] = init_value
+        if launch.init_value is not None:
+            kwargs["init_value"] = launch.init_value
         return self.handle(target)(**kwargs)
+
+
+def _generated_metal_source(launch: Launch) -> str:
+    kernel = launch.kernel
+    header, body = render(kernel.filename, kernel.kernel, "metal")
+    return generated_metal_source(
+        kernel.name, kernel.input_names, kernel.output_names, header, body, launch.inputs,
+        template=launch.template, grid=launch.grid, threadgroup=launch.threadgroup,
+        output_shapes=launch.output_shapes, output_dtypes=launch.output_dtypes,
+        init_value=launch.init_value, atomic_outputs=kernel.atomic_outputs)
+
+
+def generated_metal_source(name: str, input_names: Sequence[str], output_names: Sequence[str],
+                           header: str, body: str, inputs: Sequence[mx.array], *,
+                           template: Sequence[tuple[str, Any]], grid: tuple[int, int, int],
+                           threadgroup: tuple[int, int, int],
+                           output_shapes: Sequence[Sequence[int]],
+                           output_dtypes: Sequence[mx.Dtype], init_value: float | None = None,
+                           atomic_outputs: bool = False) -> str:
+    """What ``mx.fast.metal_kernel(name, ..., source=body, header=header)`` generates for a
+    call on ``inputs`` (MLX's own code generator: the source is printed while the call is
+    traced by ``mx.export_function``, which needs no GPU)."""
+    metal = mx.fast.metal_kernel(name=name, input_names=list(input_names),
+                                 output_names=list(output_names), source=body, header=header,
+                                 atomic_outputs=atomic_outputs)
+    kwargs: dict[str, Any] = dict(
+        template=list(template), grid=tuple(grid), threadgroup=tuple(threadgroup),
+        output_shapes=[tuple(s) for s in output_shapes], output_dtypes=list(output_dtypes),
+        verbose=True)
+    if init_value is not None:
+        kwargs["init_value"] = init_value
+    with tempfile.TemporaryDirectory() as tmp:
+        printed = os.path.join(tmp, "stdout")
+        with _stdout_to(printed):
+            mx.export_function(os.path.join(tmp, "kernel.mlxfn"),
+                               lambda *xs: metal(inputs=list(xs), **kwargs), *inputs)
+        with open(printed) as f:
+            text = f.read()
+    match = re.search(r"^```\n(.*)^```$", text, re.MULTILINE | re.DOTALL)
+    if match is None:
+        raise MlxnetError(f"MLX printed no source for kernel {name!r}: {text[:200]!r}")
+    return match.group(1)
+
+
+@contextlib.contextmanager
+def _stdout_to(path: str) -> Iterator[None]:
+    """Send file descriptor 1 (where MLX's C++ code prints) to ``path`` for the block."""
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(path, "w") as f:
+            os.dup2(f.fileno(), 1)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)

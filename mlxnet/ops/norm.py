@@ -31,8 +31,14 @@ def _layer_norm_example() -> tuple[tuple, dict]:
     return (x, mx.random.normal((96,)), mx.random.normal((96,))), {"eps": 1e-6}
 
 
+def _layer_norm_edges() -> list[tuple[tuple, dict]]:
+    tiny = mx.array([[1.0, -2.0, 0.5]])
+    return [((tiny, mx.ones((3,)), mx.zeros((3,))), {}), ((tiny,), {}),
+            ((mx.zeros((0, 3)), mx.ones((3,)), mx.zeros((3,))), {})]
+
+
 @register("layer_norm", kernel=_layer_norm_kernel, sources=(_LAYER_NORM,),
-          example=_layer_norm_example)
+          example=_layer_norm_example, edge_examples=_layer_norm_edges)
 def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
                *, eps: float = 1e-5) -> mx.array:
     """Normalise over the last axis (channels in NHWC), statistics in float32."""

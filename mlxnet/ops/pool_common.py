@@ -43,14 +43,16 @@ def as_single(value: int | Sequence[int], what: str, op: str) -> int:
     return seq[0]
 
 
-def check_input(x: mx.array, ndim: int, layout: str, op: str) -> None:
+def check_input(x: mx.array, ndim: int, layout: str, op: str, empty_channels: bool = False) -> None:
+    """PyTorch's input rule: only the batch axis may be empty (and the channels, where
+    ``empty_channels``, as adaptive average pooling allows)."""
     if not isinstance(x, mx.array) or x.ndim != ndim:
         got = x.shape if isinstance(x, mx.array) else type(x).__name__
         raise MlxnetError(f"{op}: expected a {ndim}-D {layout} array, got shape {got}")
     if not mx.issubdtype(x.dtype, mx.floating):
         raise MlxnetError(f"{op}: expected a floating-point input, got {x.dtype}")
-    if x.size == 0:
-        raise MlxnetError(f"{op}: empty input of shape {x.shape}")
+    if 0 in x.shape[1:-1] + (() if empty_channels else x.shape[-1:]):
+        raise MlxnetError(f"{op}: only the batch axis may be empty, got shape {x.shape}")
 
 
 @dataclass(frozen=True)
@@ -140,8 +142,8 @@ def adaptive_sizes(shape: tuple[int, int], output_size: Any, op: str) -> tuple[i
     if len(sizes) != 2:
         raise MlxnetError(f"{op}: output_size must be an int, None or a pair, got {output_size!r}")
     out = tuple(s if o is None else o for s, o in zip(shape, sizes))
-    if not all(isinstance(o, int) and o > 0 for o in out):
-        raise MlxnetError(f"{op}: output sizes must be positive ints or None, got {output_size!r}")
+    if not all(isinstance(o, int) and o >= 0 for o in out):
+        raise MlxnetError(f"{op}: output sizes must be ints >= 0 or None, got {output_size!r}")
     return out  # type: ignore[return-value]
 
 
@@ -208,7 +210,7 @@ def _argmax_index(x: mx.array, rows: Windows, cols: Windows) -> mx.array:
 def _gather(x: mx.array, index: mx.array) -> mx.array:
     """x (N, H, W, C) at per-channel plane indices (N, OH, OW, C); autodiff scatters back."""
     n, height, width, c = x.shape
-    flat = index.reshape(n, -1, c)
+    flat = index.reshape(n, index.shape[1] * index.shape[2], c)
     return mx.take_along_axis(x.reshape(n, height * width, c), flat, axis=1).reshape(index.shape)
 
 

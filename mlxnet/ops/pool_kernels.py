@@ -6,9 +6,9 @@ forward passes and one per input element for backward passes (gathers, no atomic
 kernel serves every shape.
 Only the window size (KH, KW) is a template constant, to unroll the window loops.
 
-Each op's registry ``sources`` lists the kernels its example's forward launches (what the
-registry tests and scripts/check_cuda_compile.py exercise); the backward kernels live in the
-same files and are covered by tests/test_pooling.py's GPU tests.
+Each op's registry ``sources`` lists the kernels its example's forward launches; the backward
+kernels live in the same files. tests/test_kernel_compile.py renders and compiles every
+launch of every kernel, forward and backward.
 """
 from __future__ import annotations
 

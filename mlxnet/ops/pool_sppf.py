@@ -43,7 +43,9 @@ def _vjp(primals: list, cotangents: Any, outputs: Any) -> tuple:
 
 
 @register("sppf_pool", kernel=_kernel, kernel_vjp=_vjp, sources=(K.SPPF,),
-          example=lambda: ((mx.random.normal((2, 8, 9, 6), key=mx.random.key(12)),), {}))
+          example=lambda: ((mx.random.normal((2, 8, 9, 6), key=mx.random.key(12)),), {}),
+          edge_examples=lambda: [((mx.array([[[[1.0], [2.0]]]]),), {}),
+                                 ((mx.zeros((0, 2, 2, 1)),), {})])
 def sppf_pool(x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
     """(y1, y2, y3): NHWC x max-pooled by 5x5 (stride 1, padding 2) once, twice, three times."""
     rows, cols = _axes(x)

@@ -102,10 +102,21 @@ def _example_1d() -> mx.array:
     return mx.random.normal((2, 13, 5), key=mx.random.key(8))
 
 
+def _pool_edges(ndim: int, **kwargs: Any) -> list[tuple[tuple, dict]]:
+    """Under 8 elements (with and without indices), and an empty batch (PyTorch takes it)."""
+    shape = (1, 2, 3, 1) if ndim == 2 else (1, 5, 1)
+    tiny = mx.arange(6, dtype=mx.float32)[: 6 if ndim == 2 else 5].reshape(shape)
+    cases = [((tiny,), kwargs), ((mx.zeros((0,) + shape[1:]),), kwargs)]
+    if "return_indices" in kwargs:
+        cases.append(((tiny,), {**kwargs, "return_indices": not kwargs["return_indices"]}))
+    return cases
+
+
 @register("max_pool2d", kernel=partial(_max_kernel, 2), kernel_vjp=partial(_max_vjp, 2),
           sources=(K.MAX,),
           example=lambda: ((_example_2d(),), dict(kernel_size=(3, 2), stride=(2, 1),
-                                                  padding=1, dilation=(1, 2), ceil_mode=True)))
+                                                  padding=1, dilation=(1, 2), ceil_mode=True)),
+          edge_examples=lambda: _pool_edges(2, kernel_size=2, padding=1, return_indices=False))
 def max_pool2d(x: mx.array, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> mx.array | tuple[mx.array, mx.array]:
@@ -116,7 +127,8 @@ def max_pool2d(x: mx.array, kernel_size: IntOrPair, stride: IntOrPair | None = N
 @register("max_pool1d", kernel=partial(_max_kernel, 1), kernel_vjp=partial(_max_vjp, 1),
           sources=(K.MAX_INDICES,),
           example=lambda: ((_example_1d(),), dict(kernel_size=3, stride=2, padding=1, dilation=2,
-                                                  ceil_mode=True, return_indices=True)))
+                                                  ceil_mode=True, return_indices=True)),
+          edge_examples=lambda: _pool_edges(1, kernel_size=2, dilation=2, return_indices=True))
 def max_pool1d(x: mx.array, kernel_size: int, stride: int | None = None, padding: int = 0,
                dilation: int = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> mx.array | tuple[mx.array, mx.array]:
@@ -157,7 +169,8 @@ def _avg_vjp(ndim: int, primals: list, cotangents: Any, outputs: Any, **params: 
 @register("avg_pool2d", kernel=partial(_avg_kernel, 2), kernel_vjp=partial(_avg_vjp, 2),
           sources=(K.AVG,),
           example=lambda: ((_example_2d(),), dict(kernel_size=3, stride=2, padding=1,
-                                                  ceil_mode=True, count_include_pad=False)))
+                                                  ceil_mode=True, count_include_pad=False)),
+          edge_examples=lambda: _pool_edges(2, kernel_size=2, padding=1, ceil_mode=True))
 def avg_pool2d(x: mx.array, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                padding: IntOrPair = 0, ceil_mode: bool = False,
                count_include_pad: bool = True) -> mx.array:
@@ -168,7 +181,8 @@ def avg_pool2d(x: mx.array, kernel_size: IntOrPair, stride: IntOrPair | None = N
 @register("avg_pool1d", kernel=partial(_avg_kernel, 1), kernel_vjp=partial(_avg_vjp, 1),
           sources=(K.AVG,),
           example=lambda: ((_example_1d(),), dict(kernel_size=4, stride=3, padding=2,
-                                                  ceil_mode=True)))
+                                                  ceil_mode=True)),
+          edge_examples=lambda: _pool_edges(1, kernel_size=3, count_include_pad=False))
 def avg_pool1d(x: mx.array, kernel_size: int, stride: int | None = None, padding: int = 0,
                ceil_mode: bool = False, count_include_pad: bool = True) -> mx.array:
     """Average pooling over L of NLC x (PyTorch's F.avg_pool1d), float32 sums."""
@@ -220,8 +234,15 @@ def _unpool_example() -> tuple[tuple, dict]:
     return (y, indices), dict(kernel_size=2, output_size=(9, 11))
 
 
+def _unpool_edges() -> list[tuple[tuple, dict]]:
+    tiny, indices = mx.array([1.0, -2.0]).reshape(1, 1, 2, 1), mx.array([0, 3]).reshape(1, 1, 2, 1)
+    empty = mx.zeros((0, 1, 2, 1))
+    return [((tiny, indices), dict(kernel_size=2)),
+            ((empty, empty.astype(mx.int32)), dict(kernel_size=2))]
+
+
 @register("max_unpool2d", kernel=_unpool_kernel, kernel_vjp=_unpool_vjp,
-          sources=(K.UNPOOL,), example=_unpool_example)
+          sources=(K.UNPOOL,), example=_unpool_example, edge_examples=_unpool_edges)
 def max_unpool2d(x: mx.array, indices: mx.array, kernel_size: IntOrPair,
                  stride: IntOrPair | None = None, padding: IntOrPair = 0,
                  output_size: Sequence[int] | None = None) -> mx.array:

@@ -32,6 +32,9 @@ class Op:
     sources: tuple[PortableKernel, ...] = ()
     # Returns (args, kwargs) of a small call; used by tests and `mlxnet ops` checks.
     example: Callable[[], tuple[tuple, dict]] | None = None
+    # Calls at the sizes that change a kernel's generated signature or launch: every input
+    # under 8 elements, 0-d where the op takes it, empty (must not launch).
+    edge_examples: Callable[[], list[tuple[tuple, dict]]] | None = None
     dispatch: OpFn = field(init=False, repr=False)
 
     @property
@@ -88,6 +91,7 @@ def register(
     kernel_vjp: OpFn | None = None,
     sources: tuple[PortableKernel, ...] = (),
     example: Callable[[], tuple[tuple, dict]] | None = None,
+    edge_examples: Callable[[], list[tuple[tuple, dict]]] | None = None,
 ) -> Callable[[OpFn], OpFn]:
     """Decorate an op's reference; returns the public, dispatching function.
 
@@ -98,7 +102,7 @@ def register(
     def decorate(reference: OpFn) -> OpFn:
         if name in REGISTRY:
             raise MlxnetError(f"op {name!r} is registered twice")
-        op = Op(name, reference, kernel, kernel_vjp, sources, example)
+        op = Op(name, reference, kernel, kernel_vjp, sources, example, edge_examples)
 
         @functools.wraps(reference)
         def dispatch(*args: Any, **params: Any) -> Any:

@@ -1,0 +1,122 @@
+"""Both renderings of every kernel body compile: Metal type-checked here (clang, Metal's
+address spaces enforced, on MLX's own generated source), CUDA and Metal compiled and run on
+a GPU (the gpu-marked test)."""
+from __future__ import annotations
+
+import re
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxnet import ops
+from mlxnet.ops import kernel_launches, kernel_source
+from metal_check import metal_errors
+
+LAUNCHES = kernel_launches.every_launch()
+# One entry per distinct Metal source (many launches share a signature).
+SOURCES = {}
+for _op, _launch in LAUNCHES:
+    SOURCES.setdefault(_launch.metal_source(), (_op, _launch))
+
+_PARAM = re.compile(r"const (constant|device) (\w+)(\*|&) (\w+) \[\[buffer")
+
+
+def test_every_rendered_metal_kernel_type_checks():
+    failures = {}
+    for source, (op, launch) in SOURCES.items():
+        errors = metal_errors(source)
+        if errors:
+            failures[f"{op}/{launch.kernel.kernel} {launch.template}"] = errors[:3]
+    assert not failures, failures
+    assert len(SOURCES) > 100
+
+
+def test_renderings_cover_every_kernel_dtype_and_address_space():
+    kernels = {k.kernel for k in kernel_source.KERNELS}
+    assert len(kernels) == 18
+    seen: dict[str, set] = {k: set() for k in kernels}
+    spaces: dict[str, set] = {k: set() for k in kernels}
+    for source, (_, launch) in SOURCES.items():
+        name = launch.kernel.kernel
+        seen[name] |= {str(v) for _, v in launch.template if isinstance(v, mx.Dtype)}
+        spaces[name] |= {m.group(1) for m in _PARAM.finditer(source) if m.group(4) != "p"}
+    for name in kernels:
+        assert seen[name] == {"mlx.core.float32", "mlx.core.float16", "mlx.core.bfloat16"}, name
+        # Each kernel's data inputs were rendered both under and over 8 elements.
+        assert spaces[name] == {"constant", "device"}, (name, spaces[name])
+
+
+def _silu_source(x: mx.array, body: str, header_extra: str = "") -> str:
+    header = kernel_source.render("activation.kern", "silu", "metal")[0]
+    return kernel_source.generated_metal_source(
+        "probe", ["x", "p"], ["out"], header + header_extra, body, [x, kernel_source.int_params((max(x.size, 1),))], template=[("T", x.dtype)],
+        grid=(max(x.size, 1), 1, 1), threadgroup=(32, 1, 1), output_shapes=[x.shape],
+        output_dtypes=[x.dtype])
+
+
+_GOOD = "const uint i = thread_position_in_grid.x;\nif (i < uint(p[0])) out[i] = x[i];\n"
+_HELPER_BY_DEVICE = ("MX_FN float first(const device float* v) { return v[0]; }\n")
+
+
+@pytest.mark.parametrize("body, header_extra, expected", [
+    (_GOOD, "", None),
+    # A helper that names the device address space, called with a small (constant) input.
+    ("out[0] = first(x);\n", _HELPER_BY_DEVICE, "no matching function for call to 'first'"),
+    ("__syncthreads();\nout[0] = x[0];\n", "", "undeclared identifier '__syncthreads'"),
+    ("out[threadIdx.x] = x[0];\n", "", "undeclared identifier 'threadIdx'"),
+    ("out[0] = mx_not_a_function(x[0]);\n", "", "undeclared identifier 'mx_not_a_function'"),
+    ("out[0] = metal::erf(x[0]);\n", "", "no member named 'erf' in namespace 'metal'"),
+])
+def test_the_check_fails_what_metal_would_reject(body, header_extra, expected):
+    x = mx.array([1.0, 2.0, 3.0])
+    errors = metal_errors(_silu_source(x, body, header_extra))
+    if expected is None:
+        assert errors == []
+    else:
+        assert any(expected in e for e in errors), errors
+
+
+def test_a_0d_input_would_not_compile_so_it_reaches_kernels_as_1d():
+    scalar = mx.array(2.0)
+    assert "const constant float& x" in _silu_source(scalar, _GOOD)
+    assert any("subscripted value is not an array" in e for e in metal_errors(_silu_source(scalar, _GOOD)))
+    with kernel_source.record_launches() as launches:
+        out = ops.get("silu").kernel(scalar)
+    assert out.shape == () and launches[0].inputs[0].shape == (1,)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in ops.REGISTRY.items() if op.sources))
+def test_empty_inputs_never_launch(name):
+    op = ops.get(name)
+    empties = [(a, k) for a, k in kernel_launches.op_cases(op)
+               if any(isinstance(x, mx.array) and x.size == 0 for x in a)]
+    assert empties, f"{name} has no empty edge example"
+    for args, kwargs in empties:
+        launches = kernel_launches.op_launches(op, args, kwargs)
+        assert launches and all(0 in launch.grid for launch in launches)
+        # Outside recording the kernel path returns without launching: on this CPU-only
+        # machine a launch would raise (no GPU back end), so returning proves none happened.
+        for out in kernel_launches._as_list(op.kernel(*args, **kwargs)):
+            assert out.size == 0
+        reference = op.reference(*args, **kwargs)
+        for out, ref in zip(kernel_launches._as_list(op.kernel(*args, **kwargs)),
+                            kernel_launches._as_list(reference)):
+            assert out.shape == ref.shape
+
+
+@pytest.mark.gpu
+def test_every_launch_compiles_and_runs_on_this_gpu(gpu):
+    """MLX compiles each launch's rendering for this GPU (CUDA or Metal) and runs it."""
+    ran = set()
+    for op, launch in LAUNCHES:
+        if 0 in launch.grid:
+            continue
+        outputs = launch.run()
+        mx.eval(outputs)
+        for out, shape in zip(outputs, launch.output_shapes):
+            assert out.shape == shape
+            if mx.issubdtype(out.dtype, mx.floating):
+                assert not np.isnan(np.array(out.astype(mx.float32))).any() or op.startswith("max"), op
+        ran.add(launch.kernel.kernel)
+    assert ran == {k.kernel for k in kernel_source.KERNELS}
