@@ -19,8 +19,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import clang.cindex as cindex
-
 SHIM = Path(__file__).with_name("metal_shim.h")
 _THREADGROUP_ARRAY = re.compile(r"^(\s*)((?:threadgroup|MX_SHARED)\s+\w+\s+\w+\s*\[)", re.MULTILINE)
 _INSTANTIATION = re.compile(r"^template \[\[host_name\(\"\w+\"\)\]\] \[\[kernel\]\] ", re.MULTILINE)
@@ -37,6 +35,8 @@ def as_cxx(source: str) -> str:
 
 def metal_errors(source: str) -> list[str]:
     """clang's errors for one rendered Metal kernel ('line: message'), empty when it checks."""
+    import clang.cindex as cindex  # the libclang wheel (test extra)
+
     index = cindex.Index.create()
     tu = index.parse("kernel.cpp", args=_ARGS, unsaved_files=[("kernel.cpp", as_cxx(source))])
     return [f"{d.location.line}: {d.spelling}" for d in tu.diagnostics
