@@ -1,16 +1,14 @@
 """mlxnet: neural networks on Apple's MLX, every op on every back end.
 
-Importing mlxnet binds an optimised BLAS on Linux (before ``mlx.core`` loads), keeps freed
-memory for reuse on glibc (:mod:`mlxnet._malloc`), lets MLX's CPU JIT use this machine's
-vector units (:mod:`mlxnet._jit`), builds its CPU primitives on first use
-(:mod:`mlxnet._native`) and picks the process's one default device
-(:mod:`mlxnet.device`).
+Importing mlxnet binds an optimised BLAS on Linux, before ``mlx.core`` loads (what MLX needs
+to be usable there; :mod:`mlxnet._blas`), and picks MLX's default device
+(:mod:`mlxnet.device`). Nothing else in the process changes: no environment variable, no
+allocator setting. Its CPU primitives are built on first CPU use (:mod:`mlxnet._native`);
+process-wide tuning is opt-in (:func:`tune_cpu`).
 """
-from . import _blas, _jit, _malloc, _native
+from . import _blas, _malloc, _native
 
 _blas.bind()
-_malloc.configure()
-_jit.configure()
 
 from .device import (  # noqa: E402  (after the BLAS binding, by design)
     available_devices,
@@ -30,10 +28,18 @@ from . import nn, ops  # noqa: E402
 __version__ = "0.1.0"
 blas_info = _blas.blas_info
 malloc_info = _malloc.malloc_info
-jit_info = _jit.jit_info
 native_info = _native.native_info
+
+
+def tune_cpu() -> None:
+    """Opt in to process-wide CPU tuning: glibc keeps freed memory for reuse, so MLX's CPU
+    arrays do not page-fault afresh on every op (the process keeps its peak heap). The
+    ``mlxnet`` command calls this for its own process unless ``MLXNET_MALLOC=system``."""
+    _malloc.configure()
+
 
 __all__ = [
     "MlxnetError", "available_devices", "backend", "blas_info", "current_device",
-    "jit_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "use_device", "use_kernels", "__version__",
+    "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu", "use_device",
+    "use_kernels", "__version__",
 ]

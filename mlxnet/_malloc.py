@@ -5,8 +5,9 @@ serves large blocks with fresh mmap regions and returns them on free, so every 4
 of the next array costs a page fault when first written. Measured on a 2-core x86-64 VM:
 a 16M-element SiLU made 32770 faults a call and took 100 ms; with mmap and heap trimming
 off, freed blocks stay in the heap, the next array reuses them, and it takes 30 ms
-(big-lama 512²: 4.9 s → 2.7 s). The cost: the process keeps its peak heap, as GPU caching
-allocators do. ``MLXNET_MALLOC=system`` keeps glibc's defaults.
+The cost: the process keeps its peak heap, as GPU caching allocators do. Because it changes
+the whole process, it is opt-in: :func:`mlxnet.tune_cpu` (the ``mlxnet`` command calls it for
+its own process unless ``MLXNET_MALLOC=system``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import ctypes
 import platform
 import sys
 
-from ._blas import opted_out
 
 # glibc <malloc.h>
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
@@ -25,9 +25,6 @@ _state = {"malloc": "system"}
 def configure() -> None:
     """Turn glibc's mmap and trimming off (Linux with glibc only; idempotent)."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return
-    if opted_out("MLXNET_MALLOC", "system"):
-        _state["malloc"] = "system (MLXNET_MALLOC=system)"
         return
     libc = ctypes.CDLL(None)
     # One arena: MLX allocates on its stream threads, whose per-thread arenas would trim.

@@ -5,7 +5,15 @@ there (a convolution's patch matrix, and bias + SiLU on every core) are MLX prim
 On Linux they are compiled on first use, the way MLX's own CPU JIT compiles fused kernels:
 ``g++`` against the installed MLX headers and ``libmlx``, with nanobind (a dependency on
 Linux) for the Python binding, cached under ``~/.cache/mlxnet/native/<key>/`` (the key hashes
-the source, the MLX, nanobind and compiler versions and this CPU). The build takes about 10 s.
+the source, the MLX, nanobind and compiler versions and the instruction-set level). The build
+takes about 10 s.
+
+The code is built for the x86-64 level (v2, v3 or v4) that the CPU running this process reports
+through CPUID (numpy's run-time detection, which is also what an emulator presents), never with
+``-march=native``: a cache shared by different CPUs holds one build per level, and a build is
+only ever loaded on a CPU of its level. A build is published atomically under a file lock (one
+build for concurrent first uses), its size and hash recorded; a cached library that no longer
+matches its record is rebuilt, with a one-line warning, instead of being loaded.
 
 When it cannot be used (macOS, no compiler, a nanobind whose ABI differs from MLX's, or
 ``MLXNET_NATIVE=off``), :func:`module` returns None and the ops run their MLX-composed CPU
@@ -13,6 +21,7 @@ paths; :func:`native_info` says why (``mlxnet info`` shows it).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -28,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
-from ._blas import cache_dir, opted_out
+from ._blas import cache_dir, is_intact, opted_out, publish
 
 NAME = "mlxnet_cpu_ops"
 _state: dict = {"tried": False, "module": None, "why": "not built yet (first CPU use builds it)"}
@@ -44,16 +53,26 @@ class _Unavailable(Exception):
         self.broken = broken
 
 
-def _cpu_identity() -> str:
-    # -march=native code runs only where it was built: a home folder shared by different CPUs
-    # gets one build per CPU.
+# x86-64 micro-architecture levels and the CPUID features (numpy's names) each one needs.
+_X86_LEVELS = (
+    ("x86-64-v4", ("AVX512F", "AVX512CD", "AVX512BW", "AVX512DQ", "AVX512VL")),
+    ("x86-64-v3", ("AVX", "AVX2", "FMA3", "F16C")),
+    ("x86-64-v2", ("SSE3", "SSSE3", "SSE41", "SSE42", "POPCNT")),
+)
+
+
+def instruction_set() -> str:
+    """The ``-march`` level this CPU runs, from CPUID as this process sees it."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "armv8-a" if platform.machine() in ("aarch64", "arm64") else "generic"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features", "model name")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy < 2
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    for level, needed in _X86_LEVELS:
+        if all(features.get(f) for f in needed):
+            return level
+    return "x86-64"
 
 
 def _toolchain() -> dict:
@@ -85,8 +104,9 @@ def _commands(tc: dict, source: Path, work: Path, target: Path) -> list[list[str
                 "-isystem", str(tc["nb_source"].parent / "ext" / "robin_map" / "include"),
                 "-c", str(tc["nb_source"] / "nb_combined.cpp"), "-o", str(work / "nanobind.o")]
     # No FMA contraction: bias_silu rounds exactly as the MLX-composed reference does.
-    native = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
-    ops = [*tc["cxx"], *common, *native, "-ffp-contract=off", "-DNB_DOMAIN=mlx",
+    level = instruction_set()
+    arch = [f"-march={level}", "-mtune=generic"] if level.startswith("x86-64") else []
+    ops = [*tc["cxx"], *common, *arch, "-ffp-contract=off", "-DNB_DOMAIN=mlx",
            "-isystem", str(tc["mlx_include"]), "-c", str(source), "-o", str(work / "cpu_ops.o")]
     link = [*tc["cxx"], "-shared", str(work / "nanobind.o"), str(work / "cpu_ops.o"), "-o", str(target),
             "-L", str(tc["mlx_lib"]), "-lmlx", f"-Wl,-rpath,{tc['mlx_lib']}"]
@@ -94,11 +114,22 @@ def _commands(tc: dict, source: Path, work: Path, target: Path) -> list[list[str
 
 
 def _build(tc: dict, text: str, folder: Path) -> Path:
-    """Compile into a fresh temporary folder, then move the library into place atomically."""
+    """The intact cached library, else a fresh build published atomically, one at a time."""
     target = folder / f"{NAME}{tc['suffix']}"
-    if target.is_file():
-        return target
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first uses: one builds, the others wait
+        if is_intact(target):
+            return target
+        if target.exists():
+            warnings.warn(f"mlxnet: cached CPU primitives {target} do not match their record "
+                          "(truncated or changed); rebuilding", RuntimeWarning, stacklevel=5)
+            target.unlink()
+        return _compile(tc, text, target)
+
+
+def _compile(tc: dict, text: str, target: Path) -> Path:
+    folder = target.parent
     work = Path(tempfile.mkdtemp(prefix="build-", dir=folder.parent))
     source = work / "cpu_ops.cpp"
     source.write_text(text)
@@ -109,8 +140,7 @@ def _build(tc: dict, text: str, folder: Path) -> Path:
         jobs = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT) for cmd in (nanobind, ops)]
         if any(job.wait() for job in jobs) or subprocess.run(link, stdout=out, stderr=subprocess.STDOUT).returncode:
             raise _Unavailable(f"building {source.name} failed: see {log}", broken=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    os.replace(built, target)
+    publish(built, target)
     shutil.rmtree(work, ignore_errors=True)
     return target
 
@@ -151,7 +181,7 @@ def _try_load() -> tuple[ModuleType | None, str]:
         tc = _toolchain()
         text = resources.files("mlxnet.custom_kernels").joinpath("cpu_ops.cpp").read_text()
         key = hashlib.sha256("\n".join([text, tc["mlx"], tc["nanobind"], tc["cxx_version"], " ".join(tc["cxx"]),
-                                        _cpu_identity(), tc["suffix"]]).encode()).hexdigest()[:16]
+                                        instruction_set(), tc["suffix"]]).encode()).hexdigest()[:16]
         path = _build(tc, text, cache_dir("native") / key)
         return _load(path), f"on ({path})"
     except _Unavailable as e:

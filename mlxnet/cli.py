@@ -1,6 +1,7 @@
 """The ``mlxnet`` command line. Errors print one line and exit non-zero; ``--debug`` shows tracebacks."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -27,6 +28,8 @@ def main(
         None, "--device", help="cpu or gpu (default: MLXNET_DEVICE, else the best available)."),
 ) -> None:
     _options["debug"] = debug
+    if os.environ.get("MLXNET_MALLOC", "").strip().lower() != "system":
+        mlxnet.tune_cpu()  # this process only: the command owns it
     if device:
         mlxnet.use_device(device)  # type: ignore[arg-type]
 
@@ -48,7 +51,6 @@ def info() -> None:
     table.add_row("custom kernels", "on" if mlxnet.kernels_enabled() else "off (MLXNET_KERNELS=0)")
     table.add_row("BLAS (CPU)", mlxnet.blas_info())
     table.add_row("malloc (CPU)", mlxnet.malloc_info())
-    table.add_row("JIT (CPU)", mlxnet.jit_info())
     if mlxnet.backend() == "cpu":
         mlxnet._native.module()  # build or load now, so the row says what the ops will use
     table.add_row("CPU primitives", mlxnet.native_info())

@@ -302,6 +302,8 @@ ENTRIES: dict[str, Callable[[str], Bench]] = {
 
 
 def main() -> None:
+    if os.environ.get("MLXNET_MALLOC", "").strip().lower() != "system":
+        mlxnet.tune_cpu()  # as the mlxnet command does for its own process
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--only", nargs="*")
@@ -314,7 +316,7 @@ def main() -> None:
     dev = torch_device(a.device)
     if a.device == "cpu":
         mlxnet._native.module()  # build or load the CPU primitives before any timing
-    print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}; JIT {mlxnet.jit_info()}; malloc "
+    print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}; malloc "
           f"{mlxnet.malloc_info()}; CPU primitives {mlxnet.native_info()}); torch {torch.__version__} on {dev}, "
           f"{torch.get_num_threads()} threads")
     print(f"{'model':24s} {'mlxnet ms':>10s} {'torch ms':>10s} {'mlxnet/torch':>13s}  note")

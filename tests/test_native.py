@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -294,8 +295,28 @@ def test_without_the_primitives_the_composed_paths_run(tmp_path):
 def test_the_build_is_cached_per_machine(tmp_path):
     (none, diff, why), _ = _probe(tmp_path)
     assert none == "False" and float(diff) < 1e-4 and why.startswith("on (")
-    built = list((tmp_path / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*"))
+    built = list((tmp_path / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*.so"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
     (none, _, why_again), _ = _probe(tmp_path)
     assert none == "False" and why_again == why and built[0].stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty"])
+def test_a_damaged_cached_build_is_rebuilt_with_a_note(tmp_path, damage):
+    (none, _, why), _ = _probe(tmp_path)
+    (built,) = (tmp_path / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*.so")
+    data = built.read_bytes()
+    built.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"")
+    (none, diff, why_again), err = _probe(tmp_path)
+    assert none == "False" and float(diff) < 1e-4 and why_again == why
+    assert "do not match their record" in err and built.stat().st_size == len(data)
+
+
+def test_the_build_targets_the_cpus_instruction_set_level():
+    level = mlxnet._native.instruction_set()
+    commands = mlxnet._native._commands(mlxnet._native._toolchain(), Path("a.cpp"), Path("w"), Path("t.so"))
+    flat = " ".join(" ".join(c) for c in commands)
+    assert "-march=native" not in flat
+    if level.startswith("x86-64"):
+        assert f"-march={level}" in flat

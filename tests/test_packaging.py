@@ -1,4 +1,5 @@
-"""The wheel: one import root, kernel sources inside it, OpenBLAS bound on Linux."""
+"""The wheel: one import root, kernel sources inside it, OpenBLAS bound on Linux, an import
+that changes nothing else, opt-in process tuning."""
 from __future__ import annotations
 
 import os
@@ -29,20 +30,54 @@ def test_wheel_has_one_import_root_and_ships_kernels(tmp_path):
     assert "mlxnet/models/__init__.py" in names
 
 
-def _has_cmeel_openblas() -> bool:
-    from importlib import metadata
-
-    try:
-        metadata.distribution("cmeel-openblas")
-        return True
-    except metadata.PackageNotFoundError:
-        return False
-
-
-@pytest.mark.skipif(sys.platform != "linux" or not _has_cmeel_openblas(),
-                    reason="the BLAS binding is Linux-only and needs cmeel-openblas (a Linux dependency)")
-def test_openblas_is_bound_before_mlx_loads():
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_openblas_is_bound_with_run_time_kernels_and_all_threads():
+    info = mlxnet._blas.details()
     assert mlxnet.blas_info().startswith("OpenBLAS"), mlxnet.blas_info()
+    assert "DYNAMIC_ARCH" in info["config"] and info["kernels"]
+    code = "import mlxnet; print(mlxnet._blas.details()['threads'])"
+    one = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert one.stdout.strip() == "1"
+
+
+_BLAS_RUN = """
+import mlxnet, mlx.core as mx, numpy as np
+a = mx.random.normal((96, 96), key=mx.random.key(0)) + 20 * mx.eye(96)
+err = float(mx.abs(a @ mx.linalg.inv(a, stream=mx.cpu) - mx.eye(96)).max())
+print(mlxnet.blas_info() + " | " + str(err))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_cached_blas_is_rebuilt(tmp_path, damage):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", _BLAS_RUN], capture_output=True, text=True,
+                           check=True, env=env).stdout
+    (lib,) = (tmp_path / "mlxnet" / "blas").glob("*/libmlxnet_openblas.so")
+    data = lib.read_bytes()
+    lib.write_bytes(data[: len(data) // 3] if damage == "truncate" else b"\0garbage" * 100)
+    second = subprocess.run([sys.executable, "-c", _BLAS_RUN], capture_output=True, text=True,
+                            check=True, env=env).stdout
+    assert first.startswith("OpenBLAS") and second.startswith("OpenBLAS"), (first, second)
+    assert float(second.split("|")[1]) < 1e-3
+    assert lib.read_bytes() == data
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_blas_opt_out_names_the_setting():
+    code = "import mlxnet; print(mlxnet.blas_info())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MLXNET_BLAS": "off"})
+    assert out.stdout.strip() == "MLX's own (MLXNET_BLAS=off)"
+
+
+def test_import_changes_nothing_in_the_process():
+    code = ("import os, ctypes; before = dict(os.environ); import mlxnet; "
+            "print(dict(os.environ) == before, mlxnet.malloc_info())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "system"], out.stdout
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
@@ -54,7 +89,9 @@ def test_importing_mlx_first_warns_once():
 
 
 _FAULTS = """
-import resource, mlxnet, mlx.core as mx
+import os, resource, mlxnet, mlx.core as mx
+if os.environ.get("TUNE"):
+    mlxnet.tune_cpu()
 x = mx.random.normal((4096, 4096)); mx.eval(x)      # 64 MiB: glibc would mmap it
 mx.eval(x * 2.0)                                      # first use: the heap grows
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -73,44 +110,8 @@ def test_freed_arrays_are_reused_without_page_faults():
         n, info = out.stdout.split(" ", 1)
         return int(n), info.strip()
 
-    kept, info = faults({})
-    system, system_info = faults({"MLXNET_MALLOC": "system"})
+    kept, info = faults({"TUNE": "1"})
+    system, system_info = faults({})
     assert info == "glibc, freed memory kept for reuse" and system_info.startswith("system")
     assert system > 5 * 16000, system  # the measurement itself works
     assert kept < 1000, kept
-
-
-_JIT = """
-import glob, os, mlxnet, mlx.core as mx
-f = mx.compile(lambda a, b: (a * 1.5 + b) / (1.0 + b * b))
-mx.eval(f(mx.ones((4096,)), mx.ones((4096,))))
-print(mlxnet.jit_info())
-print(*glob.glob(os.path.join(os.environ["TMPDIR"], "mlx", "*", "cpu", "*.so")))
-"""
-
-
-def _avx2() -> bool:
-    try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(sys.platform != "linux" or not _avx2() or not shutil.which("objdump"),
-                    reason="the JIT wrapper is for Linux x86-64 with AVX2 (and objdump to inspect it)")
-def test_cpu_jit_builds_for_this_machines_vector_units(tmp_path):
-    def build(env: dict, where: Path) -> tuple[str, str]:
-        where.mkdir()
-        # This process put the wrapper on PATH when it imported mlxnet: start from a clean PATH.
-        path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if "mlxnet" not in p)
-        out = subprocess.run([sys.executable, "-c", _JIT], capture_output=True, text=True, check=True,
-                             env={**os.environ, "PATH": path, "TMPDIR": str(where), **env})
-        info, libs = out.stdout.strip().split("\n")
-        code = "".join(subprocess.run(["objdump", "-d", lib], capture_output=True, text=True).stdout
-                       for lib in libs.split())
-        return info, code
-
-    info, code = build({}, tmp_path / "native")
-    assert info.startswith("g++ -march=native") and ("ymm" in code or "zmm" in code)
-    info, code = build({"MLXNET_JIT": "default"}, tmp_path / "default")
-    assert info.startswith("MLX default") and "xmm" in code and "ymm" not in code

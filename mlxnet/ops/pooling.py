@@ -1,7 +1,8 @@
 """Fixed-window pooling: max / avg pooling in 1d (NLC) and 2d (NHWC), and max-unpooling.
 
 PyTorch semantics throughout: ``stride`` defaults to ``kernel_size``; ``padding`` is at most
-half the (dilated) window; with ``ceil_mode`` the last window may run past the padded input
+half the kernel size (PyTorch checks the undilated size, also for dilated max pooling; an
+empty batch is fine); tests/test_pooling_rules.py sweeps these rules against torch; with ``ceil_mode`` the last window may run past the padded input
 but must start inside the input or the left padding; avg's divisor counts the padding
 (``count_include_pad``) but never ceil-mode overhang. Max pooling picks the first maximum in
 window scan order and its ``indices`` are ``h * W + w`` within each input plane, as int32
