@@ -183,7 +183,8 @@ def _try_load() -> tuple[ModuleType | None, str]:
         key = hashlib.sha256("\n".join([text, tc["mlx"], tc["nanobind"], tc["cxx_version"], " ".join(tc["cxx"]),
                                         instruction_set(), tc["suffix"]]).encode()).hexdigest()[:16]
         path = _build(tc, text, cache_dir("native") / key)
-        return _load(path), f"on ({path})"
+        where = str(path.parent).replace(str(Path.home()), "~", 1)
+        return _load(path), f"on ({instruction_set()} build, {where})"
     except _Unavailable as e:
         if e.broken:
             warnings.warn(f"mlxnet: CPU primitives unavailable, using MLX-composed paths: {e}",

@@ -47,3 +47,20 @@ def test_errors_are_one_line_and_non_zero():
     assert out.stderr.strip().splitlines() == ["error: unknown device 'tpu': expected 'cpu' or 'gpu'"]
     out = run("--debug", "--device", "tpu", "info", env=env)
     assert out.returncode == 1 and "Traceback" in out.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+@pytest.mark.parametrize("cmd", ["ops", "info"])
+def test_tables_are_readable_at_80_and_200_columns(cmd, columns):
+    import os
+
+    import mlxnet
+
+    out = run(cmd, env={**os.environ, "COLUMNS": str(columns)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    if cmd == "ops":  # every op and kernel file whole on its op's line
+        for name, op in mlxnet.ops.REGISTRY.items():
+            line = next(l for l in lines if l.split() and l.split()[0] == name)
+            assert all(k.filename in line for k in op.sources), line
