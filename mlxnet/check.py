@@ -1,9 +1,9 @@
 """Back-end and precision parity, layer by layer, down to the first diverging layer.
 
 ``compare(model, inputs, against=..., dtype=...)`` runs one ``mlx.nn.Module`` twice on the
-same inputs — a *baseline* configuration (CPU references, or references on this device, in
-float32) and the configuration under test (this device with custom kernels, optionally in
-float16/bfloat16) — capturing every submodule's output by module path. Each layer gets the
+same inputs — a *baseline* configuration (every op's definition, on the CPU or on this
+device, in float32) and the configuration under test (this device with its fast faces: CPU
+fast paths or GPU kernels, optionally in float16/bfloat16) — capturing every submodule's output by module path. Each layer gets the
 max abs error, max relative error (to the baseline's largest magnitude), cosine similarity
 and flags for all-zero, constant, NaN or Inf output; the report names the FIRST layer, in
 execution order, beyond tolerance: where a bug is born, not where it shows.
@@ -22,7 +22,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from .device import backend, use_device, use_kernels
 from .errors import MlxnetError
 
-Against = Literal["cpu", "references"]
+Against = Literal["cpu", "definitions"]
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 # Max relative error (to the baseline's largest magnitude) and min cosine similarity per dtype.
 TOLERANCE = {"float32": (1e-3, 0.9999), "float16": (3e-2, 0.999), "bfloat16": (1e-1, 0.99),
@@ -164,12 +164,12 @@ def compare_outputs(base: dict[str, np.ndarray], test: dict[str, np.ndarray], dt
 
 def compare(model: nn.Module, inputs: Sequence[Any], against: Against = "cpu",
             dtype: str = "float32") -> CheckReport:
-    """Baseline = float32 references (on the CPU, or on this device); tested = this device,
-    custom kernels on, in ``dtype``. The model is left as it was."""
+    """Baseline = float32 definitions (on the CPU, or on this device); tested = this device,
+    its fast paths and kernels on, in ``dtype``. The model is left as it was."""
     if dtype not in DTYPES:
         raise MlxnetError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
-    if against not in ("cpu", "references"):
-        raise MlxnetError(f"unknown baseline {against!r}; expected 'cpu' or 'references'")
+    if against not in ("cpu", "definitions"):
+        raise MlxnetError(f"unknown baseline {against!r}; expected 'cpu' or 'definitions'")
     device = backend()
     with ExitStack() as stack:
         if against == "cpu":
@@ -180,6 +180,6 @@ def compare(model: nn.Module, inputs: Sequence[Any], against: Against = "cpu",
         test = _run(model, inputs, DTYPES[dtype])
     layers = compare_outputs(base, test, "tf32" if dtype == "float32" and device == "cuda" else dtype)
     first = next((l.path for l in layers if not l.ok), None)
-    baseline = "cpu references" if against == "cpu" else f"{device} references"
-    tested = f"{device} {'kernels' if device != 'cpu' else 'references'}, {dtype}"
+    baseline = "cpu definitions" if against == "cpu" else f"{device} definitions"
+    tested = f"{device} {'kernels' if device != 'cpu' else 'fast paths'}, {dtype}"
     return CheckReport(baseline + ", float32", tested, dtype, layers, first)

@@ -75,7 +75,8 @@ def info() -> None:
 
 @app.command()
 def ops() -> None:
-    """The op × back-end matrix: which ops run a custom kernel where."""
+    """The op × back-end matrix: which face of each op runs where (every op has a definition;
+    some have a CPU fast path, a GPU kernel or both)."""
     from .device import gpu_backend
 
     gpu = gpu_backend()
@@ -84,13 +85,13 @@ def ops() -> None:
     table = Table(title="mlxnet ops", box=box.SIMPLE_HEAD, pad_edge=False)
     for heading in ("op", "cpu", "metal / cuda", "kernel source"):
         table.add_column(heading, no_wrap=True)
+    off = "" if mlxnet.kernels_enabled() else " (off)"
     for name, op in sorted(mlxnet.ops.REGISTRY.items()):
         # A GPU path without kernel sources is MLX's own fused op, measured to be fastest there.
-        cell = ("kernel" if op.sources else "MLX built-in") if op.has_kernel else "reference"
-        if gpu and mlxnet.backend() == gpu and not mlxnet.kernels_enabled():
-            cell += " (off)"
+        gpu_cell = ("kernel" if op.sources else "MLX built-in") + off if op.has_kernel else "definition"
+        cpu_cell = "fast path" + off if op.cpu else "definition"
         files = ", ".join(sorted({k.filename for k in op.sources})) or "-"
-        table.add_row(name, "reference", cell, files)
+        table.add_row(name, cpu_cell, gpu_cell, files)
     console.print(table)
     console.print(f"back end in force: {mlxnet.backend()}; GPU here: {gpu or 'none'}")
 

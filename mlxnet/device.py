@@ -64,7 +64,7 @@ class use_device:
     """Set the process's device: ``mlxnet.use_device("cpu")``, or scoped as a context manager.
 
     >>> with mlxnet.use_device("cpu"):
-    ...     y = model(x)   # runs the CPU references
+    ...     y = model(x)   # runs on the CPU
     """
 
     def __init__(self, name: DeviceName) -> None:
@@ -87,8 +87,9 @@ def _choose_at_import() -> None:
 
 
 def kernels_enabled() -> bool:
-    """Custom kernels run unless ``MLXNET_KERNELS=0`` (read at every call) or a
-    :func:`use_kernels` block says otherwise."""
+    """Whether ops run their fast faces (CPU fast paths, GPU kernels): yes unless
+    ``MLXNET_KERNELS=0`` (read at every call) or a :func:`use_kernels` block says otherwise;
+    when off, every op runs its definition."""
     if _kernels_override:
         return _kernels_override[-1]
     return os.environ.get("MLXNET_KERNELS", "1").strip().lower() not in ("0", "false", "off", "no")
@@ -99,7 +100,7 @@ _kernels_override: list[bool] = []
 
 @contextmanager
 def use_kernels(enabled: bool) -> Iterator[None]:
-    """Scoped switch between custom kernels and the MLX-composed references."""
+    """Scoped switch: with False every op runs its definition (no CPU fast path, no GPU kernel)."""
     _kernels_override.append(enabled)
     try:
         yield

@@ -65,7 +65,7 @@ def fake_kernel(monkeypatch):
 
 
 def test_healthy_model_passes_on_this_machine(model, x):
-    report = check.compare(model, [x], against="references")
+    report = check.compare(model, [x], against="definitions")
     assert report.passed, report.first_failure
     paths = [l.path for l in report.layers]
     assert paths[0] == "blocks.0.proj" and paths[-1] == "<output>"
@@ -74,8 +74,8 @@ def test_healthy_model_passes_on_this_machine(model, x):
 
 def test_dropped_operand_is_traced_to_its_layer(model, x, fake_kernel):
     # As in a Metal add that ignored one operand: the bias is silently dropped.
-    fake_kernel(lambda x, w=None, b=None, *, eps=1e-5: ops.get("layer_norm").reference(x, w, None, eps=eps))
-    report = check.compare(model, [x], against="references")
+    fake_kernel(lambda x, w=None, b=None, *, eps=1e-5: ops.get("layer_norm").definition(x, w, None, eps=eps))
+    report = check.compare(model, [x], against="definitions")
     assert not report.passed
     assert report.first_failure == "blocks.0.norm"  # born here, not in the head where it shows
     before = {l.path: l for l in report.layers}
@@ -83,21 +83,21 @@ def test_dropped_operand_is_traced_to_its_layer(model, x, fake_kernel):
 
 
 def test_zeros_in_float16_are_flagged(model, x, fake_kernel):
-    reference = ops.get("layer_norm").reference
+    reference = ops.get("layer_norm").definition
 
     def zero_in_fp16(x, w=None, b=None, *, eps=1e-5):
         y = reference(x, w, b, eps=eps)
         return mx.zeros_like(y) if x.dtype == mx.float16 else y
 
     fake_kernel(zero_in_fp16)
-    report = check.compare(model, [x], against="references", dtype="float16")
+    report = check.compare(model, [x], against="definitions", dtype="float16")
     assert report.first_failure == "blocks.0.norm"
     layer = next(l for l in report.layers if l.path == "blocks.0.norm")
     assert "all-zero" in layer.flags
     # The same model without the fault passes in float16 within its tolerance.
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ops.get("layer_norm"), "kernel", None)
-        assert check.compare(model, [x], against="references", dtype="float16").passed
+        assert check.compare(model, [x], against="definitions", dtype="float16").passed
 
 
 def test_model_is_left_unchanged(model, x):
@@ -121,7 +121,7 @@ def test_nan_is_flagged():
         def __call__(self, x):
             return self.inner(x)
 
-    report = check.compare(Wrap(), [mx.array([-1.0, 2.0])], against="references", dtype="float16")
+    report = check.compare(Wrap(), [mx.array([-1.0, 2.0])], against="definitions", dtype="float16")
     assert report.first_failure == "inner" and "NaN" in report.layers[0].flags
 
 
@@ -163,3 +163,13 @@ def test_cli_check_locates_float16_underflow():
     zero = next(l["path"] for l in report["layers"] if "all-zero" in l["flags"])
     assert report["first_failure"].startswith("model.")
     assert paths.index(report["first_failure"]) < paths.index(zero)
+
+
+def test_cli_check_compares_the_fast_paths_with_the_definitions():
+    out = subprocess.run([sys.executable, "-m", "mlxnet", "--device", "cpu", "check", "resnet18",
+                          "--size", "64", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["baseline"] == "cpu definitions, float32" and report["tested"] == "cpu fast paths, float32"
+    # Real, small differences: the fast paths are different code from the definitions.
+    assert 0 < max(layer["max_abs"] for layer in report["layers"]) and report["passed"]

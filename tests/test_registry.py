@@ -23,7 +23,7 @@ def _kernel_files() -> list[str]:
 def test_every_op_has_a_reference_and_an_example():
     assert ops.REGISTRY, "no ops registered"
     for name, op in ops.REGISTRY.items():
-        assert callable(op.reference), name
+        assert callable(op.definition), name
         assert op.example is not None, f"{name} has no example call"
         args, kwargs = op.example()
         with mlxnet.use_device("cpu"):
@@ -161,3 +161,38 @@ def test_frozen_batchnorm_and_fusing_match_torch_eval_bn():
     assert_close(bn(conv(xm)), want, scale=10)
     assert_close(fuse_conv_bn(conv, bn)(xm), want, scale=10)
     assert issubclass(LayerNorm2d, mlxnet.nn.LayerNorm)
+
+
+def test_every_op_has_its_faces_named():
+    faces = {name: (op.cpu is not None, op.kernel is not None) for name, op in ops.REGISTRY.items()}
+    assert faces["conv2d"] == (True, True) and faces["silu"] == (True, True)
+    assert faces["layer_norm"] == (False, True) and faces["nms"] == (False, False)
+    with mlxnet.use_device("cpu"):
+        assert ops.get("conv2d").face() == "cpu"
+        with mlxnet.use_kernels(False):
+            assert ops.get("conv2d").face() == "definition"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in ops.REGISTRY.items() if op.cpu is not None))
+def test_cpu_fast_path_equals_definition_forward_and_backward(name):
+    op = ops.get(name)
+    args, kwargs = op.example()
+    arrays = [i for i, a in enumerate(args) if isinstance(a, mx.array)]
+
+    def loss(face):
+        def f(*xs):
+            full = list(args)
+            for i, x in zip(arrays, xs):
+                full[i] = x
+            out = face(*full, **kwargs)
+            return (out * mx.cos(mx.arange(out.size).reshape(out.shape))).sum()
+        return f
+
+    with mlxnet.use_device("cpu"):
+        assert op.face() == "cpu"
+        fast = op.dispatch(*args, **kwargs)
+        definition = op.definition(*args, **kwargs)
+        assert mx.abs(fast - definition).max().item() <= 1e-4 * max(1.0, mx.abs(definition).max().item())
+        for g_fast, g_def in zip(mx.grad(loss(op.cpu), argnums=list(range(len(arrays))))(*[args[i] for i in arrays]),
+                                 mx.grad(loss(op.definition), argnums=list(range(len(arrays))))(*[args[i] for i in arrays])):
+            assert mx.abs(g_fast - g_def).max().item() <= 1e-3 * max(1.0, mx.abs(g_def).max().item())

@@ -99,7 +99,7 @@ def test_bad_arguments_are_one_line_errors():
 
 def test_nms_is_a_registered_op_without_kernel():
     op = ops.get("nms")
-    assert op.reference is not None and not op.has_kernel
+    assert op.definition is not None and not op.has_kernel
 
 
 @pytest.mark.gpu

@@ -108,14 +108,15 @@ def check(
     image: Optional[str] = typer.Option(None, "--image", help="Run on this image (default: random input)."),
     weights: Optional[str] = typer.Option(None, "--weights", "-w", help="Weights id or file (default: random)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32|float16|bfloat16 for the tested run."),
-    against: str = typer.Option("cpu", "--against", help="Baseline: 'cpu' (CPU references) or "
-                                "'references' (references on this device)."),
+    against: str = typer.Option("cpu", "--against", help="Baseline: 'cpu' (every op's definition "
+                                "on the CPU) or 'definitions' (definitions on this device)."),
     size: int = typer.Option(224, "--size", help="Side of the random input image."),
     show_all: bool = typer.Option(False, "--all", help="List every layer, not only failures."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Compare MODEL on this device (kernels on, DTYPE) against a float32 baseline, layer by layer;
-    exit 1 when a layer is beyond tolerance, naming the first one."""
+    """Compare MODEL on this device (CPU fast paths or GPU kernels, DTYPE) against the ops'
+    definitions in float32, layer by layer; exit 1 when a layer is beyond tolerance, naming
+    the first one."""
     import mlx.core as mx
 
     from mlxnet import check as parity

@@ -213,12 +213,10 @@ def _example() -> tuple[tuple, dict]:
     return (x, mx.random.normal((8, 3, 3, 1)), mx.random.normal((8,))), {"padding": 1, "groups": 8}
 
 
-@register("conv2d", kernel=_builtin, example=_example)
-def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
-           stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1,
-           groups: int = 1, activation: str | None = None) -> mx.array:
-    """Conv2d on NHWC input with an OHWI weight (``mx.conv2d`` semantics, plus bias), then
-    ``activation`` (None or ``"silu"``) applied to conv + bias."""
+def _conv2d_cpu(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+                stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1,
+                groups: int = 1, activation: str | None = None) -> mx.array:
+    """The CPU fast path: mlxnet's direct conv, im2col, or a GEMM formulation by shape."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     n, h, w_in, c = x.shape
     c_out, kh, kw, c_in_g = weight.shape
@@ -248,3 +246,17 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     else:
         y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     return y if bias is None else y + bias
+
+
+@register("conv2d", cpu=_conv2d_cpu, kernel=_builtin, example=_example)
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+           stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1,
+           groups: int = 1, activation: str | None = None) -> mx.array:
+    """Conv2d on NHWC input with an OHWI weight (``mx.conv2d`` semantics, plus bias), then
+    ``activation`` (None or ``"silu"``) applied to conv + bias."""
+    _check_groups(x, weight, groups)
+    _check_activation(activation)
+    y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+                  groups=groups)
+    y = y if bias is None else y + bias
+    return silu(y) if activation == "silu" else y

@@ -1,11 +1,19 @@
-"""The one registry of ops, and the dispatcher that picks kernel or reference per call.
+"""The one registry of ops, and the dispatcher that picks one of an op's three faces per call.
 
-Every op has an MLX-composed reference (runs anywhere, differentiable by MLX) and may have
-a GPU path (``kernel``): a portable custom kernel from ``custom_kernels/`` (listed in
-``sources``), or, where measured faster, MLX's own fused op. At each call the dispatcher
-reads the live back end: on a GPU with kernels enabled it runs that path, wrapped in
-``mx.custom_function`` so gradients flow (through the op's own backward kernel when it has
-one, else through MLX autodiff of the reference); otherwise it runs the reference.
+Every op has three named faces:
+
+- the **definition** (required): a plain MLX composition, the op's specification. It runs
+  anywhere, MLX differentiates it, and every other face is tested against it;
+- a **CPU fast path** (optional, ``cpu``): what runs on the CPU instead, where MLX's own CPU
+  ops are slow (GEMM formulations, an arithmetic-only exp, mlxnet's C++ primitives);
+- a **GPU kernel** (optional, ``kernel``): a portable custom kernel from ``custom_kernels/``
+  (listed in ``sources``) or, where measured faster, MLX's own fused op. It runs wrapped in
+  ``mx.custom_function`` so gradients flow (through the op's backward kernel when it has one,
+  else through MLX autodiff of the definition).
+
+At each call the dispatcher reads the live back end and picks the fast face for it, if the
+op has one. ``MLXNET_KERNELS=0`` or ``with mlxnet.use_kernels(False)`` turns every fast face
+off: each op runs its definition (what ``mlxnet check`` compares against).
 """
 from __future__ import annotations
 
@@ -25,7 +33,8 @@ OpFn = Callable[..., Any]
 @dataclass
 class Op:
     name: str
-    reference: OpFn
+    definition: OpFn
+    cpu: OpFn | None = None
     kernel: OpFn | None = None
     # vjp(primals, cotangents, outputs, **params) -> tuple of input cotangents; runs on GPU.
     kernel_vjp: OpFn | None = None
@@ -43,6 +52,14 @@ class Op:
 
     def uses_kernel(self) -> bool:
         return self.kernel is not None and kernels_enabled() and backend() != "cpu"
+
+    def face(self) -> str:
+        """Which face a call made now runs: 'kernel', 'cpu' or 'definition'."""
+        if self.uses_kernel():
+            return "kernel"
+        if self.cpu is not None and kernels_enabled() and backend() == "cpu":
+            return "cpu"
+        return "definition"
 
 
 REGISTRY: dict[str, Op] = {}
@@ -77,7 +94,7 @@ def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
         if op.kernel_vjp is not None:
             return _as_tuple(op.kernel_vjp(rebuild(primals), cotangents, outputs, **params))
         cots = list(_as_tuple(cotangents))
-        _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.reference(*rebuild(xs), **params))),
+        _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.definition(*rebuild(xs), **params))),
                           list(primals), cots)
         return tuple(grads)
 
@@ -87,28 +104,32 @@ def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
 def register(
     name: str,
     *,
+    cpu: OpFn | None = None,
     kernel: OpFn | None = None,
     kernel_vjp: OpFn | None = None,
     sources: tuple[PortableKernel, ...] = (),
     example: Callable[[], tuple[tuple, dict]] | None = None,
     edge_examples: Callable[[], list[tuple[tuple, dict]]] | None = None,
 ) -> Callable[[OpFn], OpFn]:
-    """Decorate an op's reference; returns the public, dispatching function.
+    """Decorate an op's definition; returns the public, dispatching function.
 
     Positional arguments that are arrays are differentiable inputs; everything else
     (keyword parameters, None, ints) is static.
     """
 
-    def decorate(reference: OpFn) -> OpFn:
+    def decorate(definition: OpFn) -> OpFn:
         if name in REGISTRY:
             raise MlxnetError(f"op {name!r} is registered twice")
-        op = Op(name, reference, kernel, kernel_vjp, sources, example, edge_examples)
+        op = Op(name, definition, cpu, kernel, kernel_vjp, sources, example, edge_examples)
 
-        @functools.wraps(reference)
+        @functools.wraps(definition)
         def dispatch(*args: Any, **params: Any) -> Any:
-            if op.uses_kernel():
+            face = op.face()
+            if face == "kernel":
                 return _differentiable_kernel_call(op, args, params)
-            return reference(*args, **params)
+            if face == "cpu":
+                return op.cpu(*args, **params)  # type: ignore[misc]
+            return definition(*args, **params)
 
         dispatch.op = op  # type: ignore[attr-defined]
         op.dispatch = dispatch
