@@ -192,7 +192,11 @@ def _try_load() -> tuple[ModuleType | None, str]:
         return None, str(e)
 
 
-def native_info() -> str:
+def native_info(build: bool = False) -> str:
+    """Whether the CPU primitives are in use, and why not; ``build`` builds or loads them now
+    (otherwise the first CPU use does)."""
+    if build:
+        module()
     return _state["why"]
 
 

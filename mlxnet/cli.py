@@ -54,9 +54,8 @@ def info() -> None:
     table.add_row("custom kernels", "on" if mlxnet.kernels_enabled() else "off (MLXNET_KERNELS=0)")
     table.add_row("BLAS (CPU)", mlxnet.blas_info())
     table.add_row("malloc (CPU)", mlxnet.malloc_info())
-    if mlxnet.backend() == "cpu":
-        mlxnet._native.module()  # build or load now, so the row says what the ops will use
-    table.add_row("CPU primitives", mlxnet.native_info())
+    # On the CPU, build or load them now, so the row says what the ops will use.
+    table.add_row("CPU primitives", mlxnet.native_info(build=mlxnet.backend() == "cpu"))
     if mlxnet.backend() != "cpu":
         info = mx.device_info()
         mem = info.get("memory_size") or info.get("total_memory")

@@ -33,7 +33,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 import mlxnet
-from mlxnet import ops
+from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
 from mlxnet.ops.fft import irfft2, rfft2
@@ -420,3 +420,26 @@ for _name in CONFIGS:
 
 
 __all__: Sequence[str] = ["CONFIGS", "LaMa", "FourierUnit", "weight_spec", "transposed_conv_indices"]
+
+
+class LaMaFamily(families.ModelFamily):
+    name = "lama"
+    variants = tuple(CONFIGS)
+    default_size = 256
+
+    def build(self, variant: str) -> LaMa:
+        return LaMa(CONFIGS[variant])
+
+    def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> LaMa:
+        return LaMa.from_pretrained(source, model=variant, dtype=dtype or "float32")
+
+    def example_inputs(self, variant: str, size: int) -> list[mx.array]:
+        """A random image with a random hole, as the generator takes it: RGB with the hole
+        zeroed, and the mask as a fourth channel."""
+        side = max(8, size // 8 * 8)
+        image = mx.random.uniform(shape=(1, side, side, 3), key=mx.random.key(0))
+        mask = (mx.random.uniform(shape=(1, side, side, 1), key=mx.random.key(1)) > 0.7).astype(mx.float32)
+        return [mx.concatenate([image * (1 - mask), mask], axis=-1)]
+
+
+families.register(LaMaFamily())

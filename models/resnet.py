@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import center_crop, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
@@ -221,3 +222,26 @@ def top_k(logits: mx.array, k: int = 5) -> list[list[tuple[str, float]]]:
 def classify(model: ResNet, paths: Sequence[str], k: int = 5) -> list[list[tuple[str, float]]]:
     batch = mx.concatenate([preprocess(load_image(p)) for p in paths])
     return top_k(model(batch), k)
+
+
+class ResNetFamily(families.ModelFamily):
+    name = "resnet"
+    variants = tuple(CONFIGS)
+    default_size = 224
+
+    def build(self, variant: str) -> ResNet:
+        net = resnet(variant)
+        net.eval()
+        return net
+
+    def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> ResNet:
+        return from_pretrained(source, model=variant, dtype=dtype)
+
+    def example_inputs(self, variant: str, size: int) -> list[mx.array]:
+        return [mx.random.normal((1, size, size, 3), key=mx.random.key(0))]
+
+    def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
+        return [preprocess(image)]
+
+
+families.register(ResNetFamily())

@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import resize_pil
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
@@ -258,3 +259,44 @@ class SamPredictor:
         mx.eval(masks, scores, low_res)
         return masks, scores, low_res
 
+
+
+class SamPointPrompt(nn.Module):
+    """SAM end to end on one image and one centre point: encoder, prompt encoder, decoder."""
+
+    def __init__(self, sam: Sam) -> None:
+        super().__init__()
+        self.sam = sam
+
+    def __call__(self, pixels: mx.array) -> mx.array:
+        embedding = self.sam.image_encoder(self.sam.preprocess(pixels))
+        points = (mx.array([[[512.0, 512.0]]]), mx.array([[1]]))
+        sparse, dense = self.sam.prompt_encoder(points, None, None)
+        low_res, _ = self.sam.mask_decoder(embedding, self.sam.prompt_encoder.get_dense_pe(),
+                                           sparse, dense, True)
+        return low_res
+
+
+class SamFamily(families.ModelFamily):
+    name = "sam"
+    variants = ("sam-tiny",)
+    default_size = 1024
+
+    def build(self, variant: str) -> Sam:
+        return sam_tiny()
+
+    def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> Sam:
+        return from_pretrained(source, dtype=dtype)
+
+    def example_inputs(self, variant: str, size: int) -> list[mx.array]:
+        return [mx.random.uniform(0, 255, (1, 1024, 1024, 3), key=mx.random.key(0))]
+
+    def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
+        h, w = preprocess_shape(*image.shape[:2], 1024)
+        return [mx.array(resize_pil(image, (w, h))[None]).astype(mx.float32)]
+
+    def checked(self, model: nn.Module) -> nn.Module:
+        return SamPointPrompt(model)  # type: ignore[arg-type]
+
+
+families.register(SamFamily())

@@ -22,7 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlxnet import ops
+from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import load_image
 from mlxnet.nn import Conv2d, fuse_conv_bn
@@ -410,3 +410,25 @@ class YOLO:
         det = postprocess(pred[0], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic)
         boxes = scale_boxes(boxed.shape[:2], det[:, :4], img.shape[:2])
         return Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
+
+
+class YOLOFamily(families.ModelFamily):
+    name = "yolov8"
+    variants = MODELS
+    default_size = 640
+
+    def build(self, variant: str) -> YOLOv8:
+        return YOLOv8(variant[-1])
+
+    def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> YOLOv8:
+        return YOLO.from_pretrained(source, model=variant, dtype=dtype or "float32", fuse=False).net
+
+    def example_inputs(self, variant: str, size: int) -> list[mx.array]:
+        side = max(32, size // 32 * 32)
+        return [mx.random.uniform(shape=(1, side, side, 3), key=mx.random.key(0))]
+
+    def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
+        return [mx.array(letterbox(image, size)[None]) / 255]
+
+
+families.register(YOLOFamily())

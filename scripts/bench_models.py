@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core on Linux)
+from mlxnet import families
 import mlx.core as mx
 import numpy as np
 
@@ -302,6 +303,24 @@ ENTRIES: dict[str, Callable[[str], Bench]] = {
 }
 
 
+def family_entry(variant: str) -> Callable[[str], Bench]:
+    """Any registered model variant, through the model interface (no PyTorch baseline)."""
+    def build(device: str) -> Bench:
+        family = families.family_of(variant)
+        model = family.checked(family.build(variant))
+        inputs = family.example_inputs(variant, family.default_size)
+        mx.eval(model.parameters(), inputs)
+        return lambda: mx.eval(model(*inputs)), None, "no PyTorch baseline in this script"
+    return build
+
+
+def entries() -> dict[str, Callable[[str], Bench]]:
+    """The hand-made entries (with PyTorch baselines), then every other registered variant."""
+    covered = {name.split("-encoder")[0].split("-decoder")[0].split("-512")[0] for name in ENTRIES}
+    extra = {v: family_entry(v) for v in families.variants() if v not in covered and v not in ENTRIES}
+    return {**ENTRIES, **extra}
+
+
 def main() -> None:
     if os.environ.get("MLXNET_MALLOC", "").strip().lower() != "system":
         mlxnet.tune_cpu()  # as the mlxnet command does for its own process
@@ -310,19 +329,23 @@ def main() -> None:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--list", action="store_true", help="list the entries and exit")
     a = ap.parse_args()
+    if a.list:
+        print("\n".join(entries()))
+        return
     mlxnet.use_device(a.device)
     import torch
 
     dev = torch_device(a.device)
-    if a.device == "cpu":
-        mlxnet._native.module()  # build or load the CPU primitives before any timing
+    # Build or load the CPU primitives before any timing.
+    native = mlxnet.native_info(build=a.device == "cpu")
     print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}; malloc "
-          f"{mlxnet.malloc_info()}; CPU primitives {mlxnet.native_info()}); torch {torch.__version__} on {dev}, "
+          f"{mlxnet.malloc_info()}; CPU primitives {native}); torch {torch.__version__} on {dev}, "
           f"{torch.get_num_threads()} threads")
     print(f"{'model':24s} {'mlxnet ms':>10s} {'torch ms':>10s} {'mlxnet/torch':>13s}  note")
     rows = []
-    for name, build in ENTRIES.items():
+    for name, build in entries().items():
         if a.only and name not in a.only:
             continue
         run_mlx, run_torch, note = build(a.device)

@@ -1,0 +1,74 @@
+"""The model interface: every bundled family through it, and a toy family registered here
+(nothing under mlxnet/ edited) showing up in `mlxnet check` and in the benchmark list."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from typer.testing import CliRunner
+
+import mlxnet
+from mlxnet import families, ops
+from mlxnet.cli import app
+
+
+class ToyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = mlxnet.nn.Conv2d(3, 16, 3, padding=1)
+        self.head = nn.Linear(16, 4)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.head(ops.silu(self.conv(x)).mean(axis=(1, 2)))
+
+
+class ToyFamily(families.ModelFamily):
+    name = "toy"
+    variants = ("toy-net",)
+    default_size = 16
+
+    def build(self, variant: str) -> ToyNet:
+        return ToyNet()
+
+    def example_inputs(self, variant: str, size: int) -> list[mx.array]:
+        return [mx.random.normal((1, size, size, 3), key=mx.random.key(1))]
+
+
+@pytest.fixture
+def toy():
+    family = families.register(ToyFamily())
+    yield family
+    families._FAMILIES.pop("toy")
+
+
+def _bench_script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_models.py"
+    spec = importlib.util.spec_from_file_location("bench_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_family_registered_outside_mlxnet_is_checked_and_benchmarked(toy):
+    result = CliRunner().invoke(app, ["--device", "cpu", "check", "toy-net", "--size", "16", "--all"])
+    assert result.exit_code == 0, result.output
+    assert "conv" in result.output and "passed:" in result.output
+    assert "toy-net" in _bench_script().entries()
+
+
+def test_every_bundled_variant_is_reachable_through_the_interface():
+    known = families.variants()
+    for variant in ("resnet18", "resnet152", "yolov8n", "yolov8x", "sam-tiny", "lama", "lama-fourier"):
+        assert variant in known
+    with pytest.raises(mlxnet.MlxnetError, match="unknown model 'nope'; known: .*resnet50"):
+        families.family_of("nope")
+
+
+def test_a_variant_cannot_be_claimed_twice(toy):
+    class Thief(ToyFamily):
+        name = "thief"
+    with pytest.raises(mlxnet.MlxnetError, match="registered by 'toy' already"):
+        families.register(Thief())
