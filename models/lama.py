@@ -23,7 +23,6 @@ of 8; :meth:`LaMa.inpaint` does the reference's padding, masking, blending and c
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -32,7 +31,6 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-import mlxnet
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
@@ -48,60 +46,8 @@ CONFIGS = {
 RATIO_GLOBAL = 0.75      # resnet_conv_kwargs.ratio_gin/gout: share of channels in the global branch
 MODULO = 8               # configs/prediction/default.yaml: dataset.pad_out_to_modulo
 
-# MLX's CPU convolution unfolds its whole input (im2col, float32) before one GEMM: the 7×7 head
-# on a 2048² image would need 52 GB. Above this many unfolded bytes, CPU convs run in row bands.
-_CPU_UNFOLD_BUDGET = 256 * 2**20
-
-
-def conv2d(x: mx.array, weight: mx.array, stride: int = 1) -> mx.array:
-    """Unpadded ``mx.conv2d``; on CPU in bands of output rows when the unfold would be large."""
-    n, h, w, c = x.shape
-    k = weight.shape[1]
-    out_h, out_w = (h - k) // stride + 1, (w - k) // stride + 1
-    row_bytes = n * out_w * k * k * c * 4
-    if mlxnet.backend() != "cpu" or out_h * row_bytes <= _CPU_UNFOLD_BUDGET:
-        return ops.conv2d(x, weight, stride=stride)
-    rows = max(1, _CPU_UNFOLD_BUDGET // row_bytes)
-    bands = []
-    for r in range(0, out_h, rows):
-        bands.append(ops.conv2d(x[:, r * stride:(min(r + rows, out_h) - 1) * stride + k], weight, stride=stride))
-        # Evaluated one by one: MLX allocates an op's unfold buffer when it schedules the op and
-        # keeps up to 10 ops in flight, so lazily built bands would all hold theirs at once.
-        mx.eval(bands[-1])
-    return mx.concatenate(bands, axis=1)
-
-
-@lru_cache(maxsize=64)
-def _pad_index(h: int, w: int, bottom: int, right: int, top: int, left: int, mode: str) -> mx.array:
-    """Flat source index of every pixel of the padded (h + top + bottom, w + left + right) map."""
-    def axis(size: int, lo: int, hi: int) -> np.ndarray:
-        i = np.arange(-lo, size + hi)
-        if mode == "reflect":  # edge not repeated (PyTorch 'reflect')
-            i = np.abs(i)
-            return np.where(i >= size, 2 * (size - 1) - i, i)
-        i = np.where(i < 0, -i - 1, i)  # 'symmetric': edge repeated (numpy)
-        return np.where(i >= size, 2 * size - 1 - i, i)
-
-    return mx.array((axis(h, top, bottom)[:, None] * w + axis(w, left, right)[None, :]).ravel().astype(np.int32))
-
-
-def pad2d(x: mx.array, top: int, bottom: int, left: int, right: int, mode: str = "reflect") -> mx.array:
-    """Reflect/symmetric padding of NHWC (or HWC) ``x`` as one gather: the padded map is the only
-    new buffer (``mx.pad`` builds it from flipped slices, about 5× the map in temporaries)."""
-    if not (top or bottom or left or right):
-        return x
-    h, w = x.shape[-3:-1]
-    if max(top, bottom) >= h or max(left, right) >= w:
-        raise MlxnetError(f"LaMa: a feature map of {h}×{w} is too small to pad by {max(top, bottom, left, right)} "
-                          "(the input image is too small)")
-    idx = _pad_index(h, w, bottom, right, top, left, mode)
-    lead, c = x.shape[:-3], x.shape[-1]
-    flat = mx.take(x.reshape(*lead, h * w, c), idx, axis=-2)
-    return flat.reshape(*lead, h + top + bottom, w + left + right, c)
-
-
 def reflect_pad(x: mx.array, p: int) -> mx.array:
-    return pad2d(x, p, p, p, p, "reflect")
+    return ops.pad2d(x, (p, p, p, p), "reflect")
 
 
 class Conv(nn.Module):
@@ -116,7 +62,7 @@ class Conv(nn.Module):
             self.bias = mx.zeros((cout,))
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = conv2d(reflect_pad(x, self.padding), self.weight.astype(x.dtype), self.stride)
+        y = ops.conv2d(reflect_pad(x, self.padding), self.weight.astype(x.dtype), stride=self.stride)
         return y + self.bias.astype(x.dtype) if "bias" in self else y
 
 
@@ -316,8 +262,8 @@ class LaMa(nn.Module):
         h, w = img.shape[:2]
         ph, pw = -h % MODULO, -w % MODULO
         # numpy's 'symmetric' (edge repeated), as the reference's pad_img_to_modulo
-        img_p = pad2d(img, 0, ph, 0, pw, "symmetric")
-        m_p = pad2d(m, 0, ph, 0, pw, "symmetric")
+        img_p = ops.pad2d(img, (0, ph, 0, pw), "symmetric")
+        m_p = ops.pad2d(m, (0, ph, 0, pw), "symmetric")
         x = mx.concatenate([img_p * (1 - m_p), m_p], axis=-1)[None]
         predicted = self(x)[0].astype(mx.float32)
         out = m_p * predicted + (1 - m_p) * img_p

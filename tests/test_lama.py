@@ -22,6 +22,7 @@ import pytest
 from safetensors.numpy import load_file
 from testutil import assert_close, to_numpy
 
+from mlxnet import ops
 from mlxnet.errors import MlxnetError
 from mlxnet.models import lama
 from mlxnet.weights import convert_state_dict, load_into, save_safetensors
@@ -155,25 +156,31 @@ def test_pad2d_matches_numpy(mode):
     x = np.random.default_rng(0).random((2, 9, 11, 3)).astype(np.float32)
     for pads in [(3, 3, 3, 3), (0, 7, 0, 5), (1, 0, 2, 0)]:
         t, b, l, r = pads
-        got = np.array(lama.pad2d(mx.array(x), t, b, l, r, mode))
+        got = np.array(ops.pad2d(mx.array(x), (t, b, l, r), mode))
         np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (t, b), (l, r), (0, 0)], mode=mode))
-        np.testing.assert_array_equal(np.array(lama.pad2d(mx.array(x[0]), t, b, l, r, mode)),
+        np.testing.assert_array_equal(np.array(ops.pad2d(mx.array(x[0]), (t, b, l, r), mode)),
                                       np.pad(x[0], [(t, b), (l, r), (0, 0)], mode=mode))
 
 
-def test_cpu_conv_in_bands_equals_one_conv(monkeypatch):
+@pytest.mark.parametrize("padding", [0, 1])
+def test_cpu_conv_in_bands_equals_one_conv(monkeypatch, padding):
+    from mlxnet.ops import conv
+
     x = mx.random.normal((1, 37, 20, 6), key=mx.random.key(1))
     w = mx.random.normal((5, 3, 3, 6), key=mx.random.key(2))
     with mlxnet.use_device("cpu"):
-        whole = [lama.conv2d(x, w, s) for s in (1, 2)]
-        monkeypatch.setattr(lama, "_CPU_UNFOLD_BUDGET", 4 * 18 * 9 * 6 * 4)  # 4 output rows per band
+        whole = [ops.conv2d(x, w, stride=s, padding=padding) for s in (1, 2)]
+        ow = 18 + 2 * padding
+        monkeypatch.setattr(conv, "UNFOLD_BUDGET", 4 * ow * 9 * 6 * 4)  # 4 output rows per band
         calls = []
-        band_conv = lama.ops.conv2d
-        monkeypatch.setattr(lama.ops, "conv2d", lambda *a, **k: calls.append(1) or band_conv(*a, **k))
+        band = conv._conv2d_cpu_band
+        monkeypatch.setattr(conv, "_conv2d_cpu_band", lambda *a, **k: calls.append(1) or band(*a, **k))
         for s, ref in zip((1, 2), whole):
-            assert_close(lama.conv2d(x, w, s), ref, mx.float32)
-            assert_close(ref, mx.conv2d(x, w, stride=s), mx.float32)
-        assert len(calls) == 9 + 3  # 35 output rows in bands of 4, then 18 rows in bands of 8
+            assert_close(ops.conv2d(x, w, stride=s, padding=padding), ref, mx.float32)
+            assert_close(ref, mx.conv2d(x, w, stride=s, padding=padding), mx.float32)
+        rows = [(37 + 2 * padding - 3) // s + 1 for s in (1, 2)]
+        per_band = [4, 4 * ow // ((20 + 2 * padding - 3) // 2 + 1)]
+        assert len(calls) == sum(-(-r // b) for r, b in zip(rows, per_band))
 
 
 # --- pre/post-processing (bin/predict.py) ------------------------------------------------------------

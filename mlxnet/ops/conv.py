@@ -213,11 +213,44 @@ def _example() -> tuple[tuple, dict]:
     return (x, mx.random.normal((8, 3, 3, 1)), mx.random.normal((8,))), {"padding": 1, "groups": 8}
 
 
+# MLX's CPU convolution (and the im2col path) unfold the whole input before one GEMM: a 7×7
+# conv on a 2048² image would need 52 GB. Above this many unfolded bytes, convs run in row bands.
+UNFOLD_BUDGET = 256 * 2**20
+
+
 def _conv2d_cpu(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                 stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1,
                 groups: int = 1, activation: str | None = None) -> mx.array:
-    """The CPU fast path: mlxnet's direct conv, im2col, or a GEMM formulation by shape."""
+    """The CPU fast path: in bands of output rows when the unfolded input would be large,
+    each band by :func:`_conv2d_cpu_band`."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    n, h, w, c = x.shape
+    kh, kw = weight.shape[1:3]
+    span_h = dilation[0] * (kh - 1) + 1
+    oh = (h + 2 * padding[0] - span_h) // stride[0] + 1
+    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    row_bytes = n * ow * kh * kw * c * x.dtype.size
+    if oh * row_bytes <= UNFOLD_BUDGET or oh < 2:
+        return _conv2d_cpu_band(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                                groups=groups, activation=activation)
+    if padding[0]:
+        x = mx.pad(x, [(0, 0), padding[:1] * 2, (0, 0), (0, 0)])
+    rows = max(1, UNFOLD_BUDGET // row_bytes)
+    bands = []
+    for r in range(0, oh, rows):
+        band = x[:, r * stride[0]:(min(r + rows, oh) - 1) * stride[0] + span_h]
+        bands.append(_conv2d_cpu_band(band, weight, bias, stride=stride, padding=(0, padding[1]),
+                                      dilation=dilation, groups=groups, activation=activation))
+        # One at a time: MLX allocates an op's unfold buffer when it schedules the op and keeps
+        # several ops in flight, so lazily built bands would all hold theirs at once.
+        mx.eval(bands[-1])
+    return mx.concatenate(bands, axis=1)
+
+
+def _conv2d_cpu_band(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+                     stride: Pair, padding: Pair, dilation: Pair, groups: int = 1,
+                     activation: str | None = None) -> mx.array:
+    """mlxnet's direct conv, im2col, or a GEMM formulation by shape."""
     n, h, w_in, c = x.shape
     c_out, kh, kw, c_in_g = weight.shape
     _check_groups(x, weight, groups)
