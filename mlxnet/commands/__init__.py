@@ -1,1 +1,2 @@
-"""CLI commands of the model ports, one module each; registered on the app in mlxnet/cli.py."""
+"""The CLI commands, one module each (the function of the module's name is the command);
+registered on the app in mlxnet/cli.py."""
