@@ -18,9 +18,10 @@ def check(
     show_all: bool = typer.Option(False, "--all", help="List every layer, not only failures."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Compare MODEL on this device (CPU fast paths or GPU kernels, DTYPE) against the ops'
-    definitions in float32, layer by layer; exit 1 when a layer is beyond tolerance, naming
-    the first one."""
+    """Compare MODEL layer by layer with the ops' definitions; exit 1 on a divergence.
+
+    The tested run uses this device's fast faces (CPU fast paths or GPU kernels) in DTYPE; the
+    baseline runs every op's definition in float32. The first layer beyond tolerance is named."""
     import mlx.core as mx
 
     from mlxnet import check as parity, families

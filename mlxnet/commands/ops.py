@@ -9,8 +9,9 @@ import mlxnet
 
 
 def ops() -> None:
-    """The op × back-end matrix: which face of each op runs where (every op has a definition;
-    some have a CPU fast path, a GPU kernel or both)."""
+    """Which face of each op runs where: definition, CPU fast path or GPU kernel.
+
+    Every op has a definition; some have a CPU fast path, a GPU kernel or both."""
     from mlxnet.device import gpu_backend
 
     gpu = gpu_backend()
