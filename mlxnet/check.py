@@ -20,10 +20,11 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .device import backend, use_device, use_kernels
+from .dtypes import FLOAT_DTYPES
 from .errors import MlxnetError
 
 Against = Literal["cpu", "definitions"]
-DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+DTYPES = FLOAT_DTYPES
 # Max relative error (to the baseline's largest magnitude) and min cosine similarity per dtype.
 TOLERANCE = {"float32": (1e-3, 0.9999), "float16": (3e-2, 0.999), "bfloat16": (1e-1, 0.99),
              # MLX's CUDA back end runs float32 GEMMs and convolutions as TF32 (float16's mantissa).

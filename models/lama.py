@@ -23,7 +23,6 @@ of 8; :meth:`LaMa.inpaint` does the reference's padding, masking, blending and c
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Sequence
 
 import mlx.core as mx
@@ -35,8 +34,8 @@ from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
 from mlxnet.ops.fft import irfft2, rfft2
-from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec
-from mlxnet.weights.safetensors_io import as_dtype, is_safetensors
+from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
+from mlxnet.dtypes import as_dtype
 
 # Variants: released generators of the LaMa family that share this architecture.
 CONFIGS = {
@@ -278,7 +277,9 @@ class LaMa(nn.Module):
         "lama-fourier") or a file (the Lightning .ckpt, a generator state dict, or a file from
         ``mlxnet convert``). ``model`` names the variant of a file (default: from a converted
         file's metadata, else "lama"). ``dtype``: float32 (default), float16 or bfloat16."""
-        name = model or (str(weights) if str(weights) in CONFIGS else _model_of_file(weights))
+        # A converted file names its variant; any other file is big-lama's checkpoint.
+        name = model or (str(weights) if str(weights) in CONFIGS
+                         else variant_of_file(weights, tuple(CONFIGS), "LaMa", default="lama"))
         if name not in CONFIGS:
             raise MlxnetError(f"unknown LaMa variant {name!r}; choose one of {', '.join(CONFIGS)}")
         net = cls(CONFIGS[name])
@@ -288,15 +289,6 @@ class LaMa(nn.Module):
             net.set_dtype(target)
         mx.eval(net.parameters())
         return net
-
-
-def _model_of_file(path: str | os.PathLike) -> str:
-    """The variant a converted file names in its metadata, else big-lama."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise MlxnetError(f"LaMa weights {str(path)!r}: neither a LaMa id ({', '.join(CONFIGS)}) nor a file")
-    meta = read_safetensors_header(p)[1] if is_safetensors(p) else {}
-    return meta["model"] if meta.get("model") in CONFIGS else "lama"
 
 
 # Smallest side inpaint accepts: padded to 16, the bottleneck is 2 pixels, which its 3×3 reflect-

@@ -19,7 +19,7 @@ from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import center_crop, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
-from mlxnet.weights import WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
+from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -174,19 +174,12 @@ def from_pretrained(name_or_path: str = "resnet50", *, model: str | None = None,
 
     For a file, the depth comes from ``model`` or from a file written by ``mlxnet convert``.
     """
-    name = model or (name_or_path if name_or_path in CONFIGS else _model_of_file(name_or_path))
+    name = model or (name_or_path if name_or_path in CONFIGS
+                     else variant_of_file(name_or_path, tuple(CONFIGS), "ResNet"))
     net = resnet(name)
     load_pretrained(net, name, None if name_or_path == name else name_or_path, dtype=dtype)
     net.eval()
     return net
-
-
-def _model_of_file(path: str) -> str:
-    meta = read_safetensors_header(resolve_weights(path))[1] if str(path).endswith(".safetensors") else {}
-    if meta.get("model") in CONFIGS:
-        return meta["model"]
-    raise MlxnetError(f"{path}: cannot tell which ResNet these weights are for; pass the model "
-                      f"(one of {', '.join(CONFIGS)})")
 
 
 # --- ImageNet pre/post-processing (torchvision's IMAGENET1K_V1 preset) -------------------------

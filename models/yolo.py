@@ -26,7 +26,7 @@ from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import load_image
 from mlxnet.nn import Conv2d, fuse_conv_bn
-from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, read_safetensors_header, register_spec, resolve_weights
+from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, register_spec, variant_of_file
 
 from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
 
@@ -134,10 +134,8 @@ class Upsample(nn.Module):
 
 
 class Concat(nn.Module):
-    """Channel concatenation (NHWC's last axis)."""
-
-    def __call__(self, xs: Sequence[mx.array]) -> mx.array:
-        return mx.concatenate(list(xs), axis=-1)
+    """A channel-concatenation row of the ultralytics layer list. It holds no weights and never
+    runs: the forward hands its parts to the next C2f, whose 1×1 conv reads them in place."""
 
 
 class DFL(nn.Module):
@@ -279,10 +277,6 @@ class YOLOv8(nn.Module):
         return self
 
 
-def yolov8(scale: str = "n", nc: int = 80, fold_bn: bool = False) -> YOLOv8:
-    return YOLOv8(scale, nc, fold_bn)
-
-
 def yolov8n(nc: int = 80) -> YOLOv8:
     return YOLOv8("n", nc)
 
@@ -350,17 +344,6 @@ def seeded(scale: str = "n", seed: int = 1234, bn_gain: float = 1.0, head_gain: 
     return load_into(YOLOv8(scale), convert_state_dict(state, f"yolov8{scale}"))
 
 
-def _model_of(weights: str) -> str:
-    if weights in MODELS:
-        return weights
-    path = resolve_weights(weights)
-    meta = read_safetensors_header(path)[1] if str(path).endswith(".safetensors") else {}
-    if meta.get("model") in MODELS:
-        return meta["model"]
-    raise MlxnetError(f"{weights}: cannot tell which YOLOv8 these weights are for; pass model= "
-                      f"(one of {', '.join(MODELS)})")
-
-
 ImageLike = str | os.PathLike | np.ndarray
 
 
@@ -384,7 +367,8 @@ class YOLO:
         """Weights by id ("yolov8n": the official checkpoint from the hub) or by file path
         (ultralytics .pt, or safetensors from ``mlxnet convert``); ``model`` names the scale
         for files that do not say. Float weights are cast to ``dtype`` (ultralytics' files are fp16)."""
-        name = model or _model_of(str(weights))
+        name = model or (str(weights) if str(weights) in MODELS
+                         else variant_of_file(weights, MODELS, "YOLOv8"))
         if name not in MODELS:
             raise MlxnetError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
         net = YOLOv8(name[-1])

@@ -7,10 +7,11 @@ from typing import Any, Iterable
 
 import mlx.core as mx
 
+from .. import dtypes
 from .kernel_source import Launch, record_launches
 from .registry import REGISTRY, Op
 
-FLOAT_DTYPES = (mx.float32, mx.float16, mx.bfloat16)
+FLOAT_DTYPES = tuple(dtypes.FLOAT_DTYPES.values())
 
 
 def _as_dtype(args: tuple, dtype: mx.Dtype) -> tuple:

@@ -3,7 +3,7 @@
 Model families describe their checkpoints with a :class:`WeightSpec` (key table, layouts, hub
 file) and :func:`register_spec` it; :func:`load_pretrained` and ``mlxnet convert`` do the rest.
 """
-from .convert import (FORMAT, convert_checkpoint, convert_state_dict, fold_batchnorm, load_pretrained,
+from .convert import (FORMAT, convert_checkpoint, convert_state_dict, fold_batchnorm, load_pretrained, variant_of_file,
                       read_checkpoint)
 from .hub import resolve_weights
 from .layout import LayoutKind, from_torch_layout, to_torch_layout

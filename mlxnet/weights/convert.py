@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -120,3 +120,17 @@ def load_pretrained(model: nn.Module, spec: WeightSpec | str, source: str | os.P
         weights = convert_state_dict(read_checkpoint(path, spec.checkpoint_key), spec, dtype=dtype,
                                      fold_bn=fold_bn, source=str(path))
     return load_into(model, weights, strict=strict, source=str(path))
+
+
+def variant_of_file(weights: str | os.PathLike, variants: Sequence[str], family: str,
+                    default: str | None = None) -> str:
+    """The model variant a weights file is for: the ``model`` its mlxnet metadata names, else
+    ``default``; a one-line error naming the choices when neither says."""
+    path = resolve_weights(weights)
+    named = read_safetensors_header(path)[1].get("model") if is_safetensors(path) else None
+    if named in variants:
+        return named
+    if default is not None:
+        return default
+    raise MlxnetError(f"{weights}: cannot tell which {family} these weights are for; pass the model "
+                      f"(one of {', '.join(variants)})")

@@ -16,24 +16,15 @@ from typing import Mapping, Union
 import mlx.core as mx
 import numpy as np
 
+from ..dtypes import DTypeLike, as_dtype  # noqa: F401  (re-exported: weights' callers use it)
 from ..errors import MlxnetError
 
 PathLike = Union[str, os.PathLike]
-DTypeLike = Union[mx.Dtype, str, None]
 
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4,
              "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _MAX_HEADER = 100 * 2**20  # the format's own limit (100 MB)
-_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
-
-def as_dtype(dtype: DTypeLike) -> mx.Dtype | None:
-    """None, an mx floating dtype, or its name ("float16", "bfloat16", "float32")."""
-    if dtype is None or isinstance(dtype, mx.Dtype):
-        return dtype
-    if dtype not in _DTYPES:
-        raise MlxnetError(f"unsupported dtype {dtype!r}: expected one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
 
 
 def cast_floating(weights: Mapping[str, mx.array], dtype: DTypeLike) -> dict[str, mx.array]:
