@@ -9,13 +9,11 @@ import mlx.nn as nn
 
 from .. import ops
 from ..errors import MlxnetError
+from ..ops.args import as_tuple
 
 
 def _ntuple(name: str, value: int | Sequence[int], nd: int) -> tuple[int, ...]:
-    values = (value,) * nd if isinstance(value, int) else tuple(value)
-    if len(values) != nd:
-        raise MlxnetError(f"ConvTranspose{nd}d: {name} must be an int or {nd} ints, got {value!r}")
-    return values
+    return as_tuple(value, nd, name, f"ConvTranspose{nd}d")
 
 
 class _ConvTransposeNd(nn.Module):

@@ -39,6 +39,7 @@ import mlx.core as mx
 
 from .. import _native
 from ..errors import MlxnetError
+from .args import as_tuple
 from .activations import _silu_gpu, silu
 from .registry import register
 
@@ -46,7 +47,7 @@ Pair = tuple[int, int]
 
 
 def _pair(v: int | tuple[int, ...]) -> Pair:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+    return as_tuple(v, 2, "stride, padding and dilation", "conv2d")  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=None)

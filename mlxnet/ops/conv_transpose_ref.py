@@ -21,6 +21,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from ..errors import MlxnetError
+from .args import as_tuple
 
 IntOrTuple = int | Sequence[int]
 
@@ -83,10 +84,7 @@ class Plan:
 
 
 def _tuple(name: str, value: IntOrTuple, nd: int) -> tuple[int, ...]:
-    values = (value,) * nd if isinstance(value, int) else tuple(value)
-    if len(values) != nd or not all(isinstance(v, int) for v in values):
-        raise MlxnetError(f"conv_transpose{nd}d: {name} must be an int or {nd} ints, got {value!r}")
-    return values
+    return as_tuple(value, nd, name, f"conv_transpose{nd}d")
 
 
 def plan(x: mx.array, weight: mx.array, bias: mx.array | None, nd: int, stride: IntOrTuple,

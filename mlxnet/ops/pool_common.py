@@ -19,28 +19,17 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
+from .args import as_tuple
 
 IntOrPair = int | Sequence[int]
 
 
 def as_pair(value: IntOrPair, what: str, op: str) -> tuple[int, int]:
-    """An int or a pair of ints, as PyTorch's pooling arguments accept."""
-    if isinstance(value, int):
-        return value, value
-    pair = tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
-        raise MlxnetError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
-    return pair  # type: ignore[return-value]
+    return as_tuple(value, 2, what, op)  # type: ignore[return-value]
 
 
 def as_single(value: int | Sequence[int], what: str, op: str) -> int:
-    """A 1d pooling argument: an int or a one-element sequence."""
-    if isinstance(value, int):
-        return value
-    seq = tuple(value)
-    if len(seq) != 1 or not isinstance(seq[0], int):
-        raise MlxnetError(f"{op}: {what} must be an int, got {value!r}")
-    return seq[0]
+    return as_tuple(value, 1, what, op)[0]
 
 
 def check_input(x: mx.array, ndim: int, layout: str, op: str, empty_channels: bool = False) -> None:
