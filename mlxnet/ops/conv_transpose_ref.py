@@ -27,7 +27,7 @@ IntOrTuple = int | Sequence[int]
 
 
 @dataclass(frozen=True)
-class Axis:
+class TransposedAxis:
     """One spatial axis of a transposed convolution (PyTorch semantics)."""
 
     size: int
@@ -77,7 +77,7 @@ class Axis:
 
 @dataclass(frozen=True)
 class Plan:
-    axes: tuple[Axis, ...]
+    axes: tuple[TransposedAxis, ...]
     groups: int
     c_in: int
     c_out: int
@@ -115,7 +115,7 @@ def plan(x: mx.array, weight: mx.array, bias: mx.array | None, nd: int, stride: 
                           f"got weight shape {tuple(weight.shape)}")
     if bias is not None and tuple(bias.shape) != (c_out,):
         raise MlxnetError(f"{op}: bias must have shape ({c_out},), got {tuple(bias.shape)}")
-    axes = tuple(Axis(x.shape[1 + i], weight.shape[1 + i], s[i], p[i], op_[i], d[i]) for i in range(nd))
+    axes = tuple(TransposedAxis(x.shape[1 + i], weight.shape[1 + i], s[i], p[i], op_[i], d[i]) for i in range(nd))
     if min(a.out for a in axes) < 1:
         raise MlxnetError(f"{op}: output size {tuple(a.out for a in axes)} is not positive for input "
                           f"{tuple(x.shape)}, kernel {tuple(weight.shape[1:-1])}, padding {p}")
@@ -126,7 +126,7 @@ def as_2d(x: mx.array, weight: mx.array, p: Plan) -> tuple[mx.array, mx.array, P
     """View a 1-D problem (NLC) as 2-D (N, 1, L, C) with a 1×K kernel."""
     if len(p.axes) == 2:
         return x, weight, p
-    unit = Axis(1, 1, 1, 0, 0, 1)
+    unit = TransposedAxis(1, 1, 1, 0, 0, 1)
     return (x[:, None], weight[:, None], Plan((unit, p.axes[0]), p.groups, p.c_in, p.c_out))
 
 
@@ -207,7 +207,7 @@ def decomposed_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Pla
     return _crop(out.reshape(n, ah.count * ah.stride, aw.span * aw.stride, c_out), ah, aw)
 
 
-def _crop(full: mx.array, ah: Axis, aw: Axis) -> mx.array:
+def _crop(full: mx.array, ah: TransposedAxis, aw: TransposedAxis) -> mx.array:
     """The output window of the phase grid (a view; no copy when nothing is cut)."""
     if (full.shape[1], full.shape[2]) == (ah.out, aw.out):
         return full
