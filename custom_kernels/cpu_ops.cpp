@@ -3,12 +3,11 @@
 // MLX's CPU back end has no custom-kernel hook and runs its copies and elementwise passes on
 // one core. Three hot spots of the CNN ports are written here as MLX primitives instead:
 // - im2col: the patch matrix of a convolution, with the zero padding implicit (no pad pass),
-//   copied as contiguous runs on every core. mx.conv2d's own unfold is a scalar strided copy
-//   (YOLOv8n's 320² 16→32 stride-2 conv: 5.3 ms, as im2col + one GEMM here 3.5 ms).
+//   copied as contiguous runs on every core (mx.conv2d's own unfold is a scalar strided copy).
 // - bias_silu: silu(y + bias) in one pass on every core, with the same float32 operations
 //   (and exp polynomial) as the MLX-composed reference in mlxnet/ops/activations.py.
 // - direct_conv2d: a register-tiled direct convolution with bias and SiLU fused, for the small
-//   channel counts where a GEMM runs far below peak (YOLOv8n's 80²×32→32: 1.1 → 0.4–0.6 ms).
+//   channel counts where a GEMM runs far below peak.
 // Each has a vjp written with MLX ops, so gradients flow as through the references.
 #include <algorithm>
 #include <array>
@@ -392,8 +391,8 @@ class DirectConv : public CpuPrimitive {
       int lo = std::min(ow, (g.pw + g.sw - 1) / g.sw);
       int hi = std::max(lo, std::min(ow, (wd - 1 + g.pw - (g.kw - 1) * g.dw) / g.sw + 1));
       // Blocks of 64, 48, 32 or 16 output channels, a 16-channel block only where nothing else
-      // fits (its tile reads a broadcast per multiply-add: 80 channels as 64 + 16 took 1.8× the
-      // time of 64). The tasks run block by block (each block's packed weight stays in cache
+      // fits (its tile reads a broadcast per multiply-add, so 80 channels run as 48 + 32, not
+      // 64 + 16). The tasks run block by block (each block's packed weight stays in cache
       // over the rows), a block's rows split between the cores.
       std::vector<std::pair<int, int>> blocks;  // (first channel, vectors)
       for (int co = 0; co < c_out; co += 16 * blocks.back().second) {

@@ -1,6 +1,6 @@
 """Bind an optimised BLAS before ``mlx.core`` loads (Linux only).
 
-MLX's Linux CPU wheel links the reference BLAS/LAPACK (matmul ~5 GFLOP/s) through plain
+MLX's Linux CPU wheel links the reference BLAS/LAPACK (orders of magnitude slower) through plain
 symbol names (``cblas_sgemm``, ``sgetrf_``, ...). A library loaded with RTLD_GLOBAL before
 ``mlx.core`` that defines those names takes their place.
 

@@ -1,13 +1,12 @@
 """Keep freed memory in the process on Linux (glibc), so MLX's CPU arrays reuse it.
 
 MLX's CPU back end takes every array from malloc and frees it after its last use. glibc
-serves large blocks with fresh mmap regions and returns them on free, so every 4 KiB page
-of the next array costs a page fault when first written. Measured on a 2-core x86-64 VM:
-a 16M-element SiLU made 32770 faults a call and took 100 ms; with mmap and heap trimming
-off, freed blocks stay in the heap, the next array reuses them, and it takes 30 ms
-The cost: the process keeps its peak heap, as GPU caching allocators do. Because it changes
-the whole process, it is opt-in: :func:`mlxnet.tune_cpu` (the ``mlxnet`` command calls it for
-its own process unless ``MLXNET_MALLOC=system``).
+serves large blocks with fresh mmap regions and returns them on free, so every 4 KiB page of
+the next array page-faults when first written. With mmap and heap trimming off, freed blocks
+stay in the heap and the next array reuses them. The cost: the process keeps its peak heap,
+as GPU caching allocators do. Because it changes the whole process, it is opt-in:
+:func:`mlxnet.tune_cpu` (the ``mlxnet`` command calls it for its own process unless
+``MLXNET_MALLOC=system``).
 """
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Activations: SiLU, sigmoid, GELU (erf form), and the CPU exp they are built on.
 
-MLX's Linux CPU back end evaluates exp/erf/tanh one scalar at a time (~17 ns an element;
-SiLU was 60% of YOLOv8's CPU time). What it does fast is ``mx.compile``: a chain of
-elementwise ops becomes one generated C++ loop that g++ vectorises. That fusion stops at a
-bit-cast (``view``), after a chain 11 ops deep, and at values shared with ops outside the
-chain; ``floor``, ``where`` and float ``clip`` mixed with int ops do not vectorise. So the
-references compute exp(z) = p(r)·2^n in explicit, shallow passes, each one fused loop:
+Definitions use MLX's own ``sigmoid``/``erf`` in float32. MLX's Linux CPU back end evaluates
+exp/erf one scalar at a time, but it vectorises what ``mx.compile`` fuses, so the CPU fast
+paths compute exp(z) = p(r)·2^n from + − × only, in shallow passes that each fuse into one
+loop (fusion stops at a bit-cast, at chains deeper than MLX's limit, and at values shared
+outside the chain):
 
 1. z, clipped to |z| ≤ 1e6 (exp is 0 or inf there already; it keeps r finite for any input);
 2. the float32 bits of 2^n, n = round(z·log2 e) (rounded by adding and subtracting
@@ -13,9 +12,7 @@ references compute exp(z) = p(r)·2^n in explicit, shallow passes, each one fuse
 3. r = z − n·ln2 (n recomputed by the same float ops, so it is the same n), the Cephes
    polynomial p(r) by Estrin's scheme (shallow), times 2^n, and the activation around it.
 
-|rel err| of exp < 2.5e-7. Measured on a 2-core x86-64, 1.6M elements: SiLU ~2.5 ms
-(MLX's own x·sigmoid(x): 37 ms; the earlier single-expression version: 7 ms). On GPUs a
-plain elementwise kernel with the native exp runs.
+|rel err| of exp < 2.5e-7. On GPUs a plain elementwise kernel with the native exp runs.
 """
 from __future__ import annotations
 

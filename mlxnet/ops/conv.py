@@ -1,32 +1,19 @@
-"""2-D convolution (NHWC input, OHWI weight) with fast formulations where MLX's own is slow.
+"""2-D convolution (NHWC input, OHWI weight): the definition is ``mx.conv2d``; the CPU fast
+path picks a formulation by shape, because MLX's CPU convolution is im2col through a scalar
+strided copy plus one GEMM:
 
-Measured with MLX 0.32 on a 2-core x86-64 CPU (OpenBLAS), 1×256×256 images:
-- 1×1 conv 256→64: mx.conv2d 83 ms, the same product as one matmul 8.7 ms.
-- depthwise 3×3, 256 channels: mx.conv2d 357 ms, fused shifted multiply-adds 138 ms
-  (PyTorch: 65 ms).
-- few output channels (LaMa's last conv, 7×7, 64→3 on 512²): mx.conv2d unfolds 49×64 values
-  per pixel (1.9 s); one GEMM to 49×3 values per pixel, then the 49 shifted maps summed in
-  fused passes, a kernel row each: ~75 ms.
-- stride-1 3×3 (≤ 9 taps, ≥ 8 channels, ≥ 2048 output pixels): one GEMM per tap on row
-  ranges of the flattened padded image, accumulated by the GEMMs (addmm), no im2col copy
-  (per-tap products summed in a separate pass before: 80²×64→64 3.0 → 2.3 ms, 64²×128→384
-  25 → 21 ms; PyTorch 2.2 and 16 ms).
-- strided convs, and stride-1 ones on small maps (≤ 2500 output pixels, where nine tap GEMMs
-  are too small to run well), with mlxnet's CPU primitives built: their im2col (runs copied
-  on every core, padding implicit) + one GEMM. 320²×16→32 stride 2: mx.conv2d 5.3 ms, this
-  3.5; 40²×64→64 stride 1: shifted GEMMs 1.0 ms, this 0.5. Not for patches of ≤ 32 values
-  (an RGB image's 3×3 conv: 27), where mx.conv2d measured faster (640²×3→16: 2.6 vs 4.2 ms).
-- with the CPU primitives, float32 and C_out a multiple of 16: their direct conv (register
-  tiles of pixels × 16–64 output channels, bias and SiLU fused, no patch matrix) where it won
-  in isolation: c_in·c_out ≤ 80² and kernels > 1×1 (with SiLU, one run: 640²×3→16 stride 2:
-  2.6 → 1.4 ms; 320²×16→32 stride 2: 2.8 → 1.4; 160²×16→16: 1.1 → 0.8). Wider strided convs
-  on big maps won alone too (LaMa's 256²×64→128: 12.7 → 6.7 ms), but between LaMa's FFT GEMMs
-  the forward ran 5–8% slower with them (OpenBLAS's spinning threads, see
-  `all_direct_convs`), so they stay on im2col + GEMM. Inside `all_direct_convs()`, every conv
-  it can run (see there).
-Everything else runs mx.conv2d, which is im2col (a scalar strided copy) + GEMM. On GPUs the
-op runs MLX's own convolution (cuDNN / Metal's), as the models did before these CPU paths
-existed.
+- 1×1 convs: one GEMM (per channel part, for a concatenation that is never built);
+- depthwise convs: fused shifted multiply-adds;
+- few output channels: one GEMM to every tap's product, then the shifted maps summed;
+- stride-1 3×3 on larger maps: one GEMM per tap on row ranges of the padded image (no copy),
+  accumulated by the GEMMs themselves;
+- strided convs and small maps: mlxnet's C++ im2col on every core, then one GEMM;
+- small channel counts (float32, C_out a multiple of 16): mlxnet's C++ direct convolution,
+  bias and SiLU fused;
+- anything else: ``mx.conv2d``; very large inputs run in bands of output rows.
+
+On GPUs the op runs MLX's own convolution. The thresholds and the measurements behind each
+rule: docs/performance-notes.md.
 """
 from __future__ import annotations
 
@@ -106,8 +93,7 @@ def _fused_sum(terms: list[mx.array]) -> mx.array:
 
 def _taps_then_shift(xp: mx.array, weight: mx.array, dilation: Pair, out: Pair) -> mx.array:
     """Stride-1 conv as xp @ W for every tap at once, then the taps' shifted maps summed, each
-    kernel row in one fused pass (LaMa's 7×7 64→3 on 512²: 49 separate adds 169 ms, by rows
-    45 ms)."""
+    kernel row in one fused pass (fewer passes over memory than one add per tap)."""
     n, hp, wp, c = xp.shape
     c_out, kh, kw, _ = weight.shape
     z = (xp.reshape(-1, c) @ weight.transpose(3, 1, 2, 0).reshape(c, -1)).reshape(n, hp, wp, kh, kw, c_out)
@@ -149,9 +135,9 @@ def all_direct_convs() -> Iterator[None]:
     """Within this block, every CPU conv the direct conv can run takes it (1×1 and concatenation
     parts included), not only the shapes where it wins in isolation. For networks made of
     convolutions (YOLOv8): once any conv runs as an OpenBLAS GEMM, OpenBLAS's idle threads spin
-    on the two cores for ~0.1 s and the direct convs after it run up to 2× slower. Measured per
-    forward: YOLOv8n 57 → 43–52 ms, YOLOv8s 139–141 → 107–115 ms; ResNet-50, whose 1×1 convs
-    are wide, ran 1.3× slower this way, so it is not the default."""
+    on the cores for a while and the direct convs after it run slower. Networks with wide 1×1
+    convs (ResNet-50) run slower this way, so it is not the default
+    (docs/performance-notes.md)."""
     token = _all_direct.set(True)
     try:
         yield

@@ -47,18 +47,9 @@ FORWARD = {"gather": gather_nhwc, "decomposition": decomposed_nhwc, "builtin": b
 
 
 def forward_method(x: mx.array, p: Plan) -> str:
-    """Fastest forward per shape class, measured on an H100 (10 queued calls per sync, as
-    scripts/bench_ops.py --only convT times them; float32 ms per call: gather / decomposition /
-    built-in). Unmeasured on Metal, where the same rule applies.
-
-    - at most 4 input channels per group: the gather kernel. Grouped 8×32×32×128→128 k4 s2 g32:
-      0.123 / 0.872 / 0.453; depthwise 8×64×64×128 k4 s2: 0.187 / 1.169 / 0.536 (float16: 0.196 /
-      0.877 / 0.515).
-    - otherwise MLX's built-in (cuDNN): LaMa 1×64×64×512→256 k3 s2: 1.079 / 0.821 / 0.140;
-      SAM 16×56×56×64→64 k2 s2: 0.267 / 0.175 / 0.163; 8 channels 8×64×64×8→8 k3 s2: 0.085 /
-      0.488 / 0.086; grouped, 16 per group (g4): 0.107 / 0.544 / 0.095.
-    The decomposition (the CPU reference) never wins on the GPU.
-    """
+    """Fastest forward by shape class (measured on an H100; docs/performance-notes.md): the
+    gather kernel for at most 4 input channels per group, else MLX's built-in (cuDNN). The
+    decomposition (the definition) never wins on the GPU."""
     ah, aw = p.axes
     if x.shape[0] * ah.out * aw.out * p.c_out >= 2**31 - 2**24:  # the kernel indexes with int32
         return "builtin"
@@ -71,17 +62,9 @@ def forward_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan,
 
 
 def vjp_method(p: Plan) -> str:
-    """Backward per shape class (scripts/bench_conv_transpose.py --gpu, ms for dx+dw+db, float32:
-    conv / autodiff of the decomposition / autodiff of the built-in):
-
-    - groups == 1: "conv", fastest everywhere measured. LaMa 1×64×64×512→256 k3 s2: 0.383 /
-      2.705 / 1.378; DCGAN 16×32×32×128→64 k4 s2: 0.351 / 2.643 / 6.830; SAM 16×56×56×64 k2 s2:
-      0.371 / 0.378 / 1.469.
-    - groups > 1: "decomposition". MLX 0.32's CUDA convolution returns a wrong weight gradient
-      for grouped convolutions with batch >= 2 (checked against the CPU reference), and both
-      "conv" and "builtin" go through it. Cost: grouped g4 8×32×32×64: 1.426 (conv 0.504);
-      depthwise 8×64×64×128 k4 s2: 3.232 (conv 6.545, builtin 4.882).
-    """
+    """Backward by shape class: ordinary convolutions ("conv") for groups == 1, the fastest
+    measured; autodiff of the decomposition for groups > 1, because MLX 0.32's CUDA
+    convolution returns a wrong weight gradient for grouped convolutions with batch >= 2."""
     return "conv" if p.groups == 1 else "decomposition"
 
 

@@ -1,11 +1,9 @@
 """2-D real FFTs over the H and W axes of NHWC maps (LaMa's FourierUnit).
 
-MLX's CPU FFT (pocketfft, one core) is slow on these shapes: ``rfft2`` of 64×64×192 takes
-~6 ms on a 2-core x86-64 against PyTorch's ~1.5. For the small maps LaMa transforms (the
-image / 8), the DFT as dense matrices is cheaper: one GEMM per axis, with the real and
-imaginary parts as a 2×2 block structure, ~0.6 GFLOP a FourierUnit at BLAS speed
-(rfft2 6.2 → 2.1 ms, irfft2 2.6 → 2.0 ms, |error| ~5e-7 of the largest value). Larger maps,
-and GPUs (cuFFT / Metal's FFT), use ``mx.fft``.
+MLX's CPU FFT runs on one core. For the small maps LaMa transforms (the image / 8), the DFT as
+dense matrices is cheaper on the CPU: one GEMM per axis, with the real and imaginary parts as
+a 2×2 block structure (|error| ~5e-7 of the largest value). Larger maps, and GPUs, use
+``mx.fft``.
 """
 from __future__ import annotations
 
