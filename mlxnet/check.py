@@ -88,6 +88,27 @@ def capture(model: nn.Module) -> Iterator[list[tuple[str, mx.array]]]:
             module.__class__ = cls
 
 
+def calibrate(model: nn.Module, inputs: Sequence[Any]) -> nn.Module:
+    """Set every BatchNorm's running statistics to those of its input on ``inputs``, as training
+    would have: each normalisation then gives zero-mean, unit-variance channels, so random
+    weights keep activations at their scale through any depth (residual sums included) and a
+    layer-by-layer check in float16 compares real values. One forward pass in training mode
+    with the statistics' momentum at one; the model is left in eval mode."""
+    norms = [m for _, m in model.named_modules() if isinstance(m, nn.BatchNorm)]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.momentum = 1.0
+    model.train()
+    try:
+        mx.eval(model(*inputs))
+    finally:
+        model.eval()
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+    mx.eval(model.parameters())
+    return model
+
+
 def _cast_inputs(inputs: Sequence[Any], dtype: mx.Dtype) -> list[Any]:
     return [x.astype(dtype) if isinstance(x, mx.array) and mx.issubdtype(x.dtype, mx.floating) else x
             for x in inputs]

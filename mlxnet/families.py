@@ -27,6 +27,9 @@ class ModelFamily:
     name: str = ""
     variants: tuple[str, ...] = ()
     default_size: int = 224
+    # Random-weight checks: also set the BatchNorm statistics from the check's own input (for
+    # deep residual stacks whose activations otherwise saturate the head; see check.calibrate).
+    calibrate_batchnorm: bool = False
 
     def build(self, variant: str) -> nn.Module:
         """The variant with random weights, in eval mode, initialised so that activations keep
@@ -92,8 +95,13 @@ def family_of(variant: str) -> ModelFamily:
 def build_for_check(variant: str, weights: str | None, image: np.ndarray | None,
                     size: int) -> tuple[nn.Module, list[Any]]:
     """(module, inputs) for a layer-by-layer check of ``variant``."""
+    from .check import calibrate
+
     family = family_of(variant)
     model = family.from_pretrained(weights, variant) if weights else family.build(variant)
     inputs = (family.image_inputs(variant, image, size) if image is not None
               else family.example_inputs(variant, size))
-    return family.checked(model), inputs
+    checked = family.checked(model)
+    if not weights and family.calibrate_batchnorm:
+        calibrate(checked, inputs)
+    return checked, inputs

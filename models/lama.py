@@ -32,6 +32,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
+from mlxnet.nn.init import scale_preserving_init
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
 from mlxnet.ops.fft import irfft2, rfft2
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
@@ -364,9 +365,11 @@ class LaMaFamily(families.ModelFamily):
     name = "lama"
     variants = tuple(CONFIGS)
     default_size = 256
+    # 18 residual FFC blocks on He-initialised weights grow until the sigmoid head saturates.
+    calibrate_batchnorm = True
 
     def build(self, variant: str) -> LaMa:
-        return LaMa(CONFIGS[variant])
+        return scale_preserving_init(LaMa(CONFIGS[variant]))
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> LaMa:
         return LaMa.from_pretrained(source, model=variant, dtype=dtype or "float32")

@@ -17,6 +17,7 @@ import numpy as np
 
 from mlxnet import families
 from mlxnet.errors import MlxnetError
+from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import center_crop, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
@@ -223,7 +224,7 @@ class ResNetFamily(families.ModelFamily):
     default_size = 224
 
     def build(self, variant: str) -> ResNet:
-        net = resnet(variant)
+        net = scale_preserving_init(resnet(variant))
         net.eval()
         return net
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from mlxnet import families
 from mlxnet.errors import MlxnetError
+from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import resize_pil
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
 
@@ -283,7 +284,7 @@ class SamFamily(families.ModelFamily):
     default_size = 1024
 
     def build(self, variant: str) -> Sam:
-        return sam_tiny()
+        return scale_preserving_init(sam_tiny())
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> Sam:
         return from_pretrained(source, dtype=dtype)

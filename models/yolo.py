@@ -24,6 +24,7 @@ import numpy as np
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
+from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import load_image
 from mlxnet.nn import Conv2d, fuse_conv_bn
 from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, register_spec, variant_of_file
@@ -402,7 +403,7 @@ class YOLOFamily(families.ModelFamily):
     default_size = 640
 
     def build(self, variant: str) -> YOLOv8:
-        return YOLOv8(variant[-1])
+        return scale_preserving_init(YOLOv8(variant[-1]))
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> YOLOv8:
         return YOLO.from_pretrained(source, model=variant, dtype=dtype or "float32", fuse=False).net

@@ -72,3 +72,20 @@ def test_a_variant_cannot_be_claimed_twice(toy):
         name = "thief"
     with pytest.raises(mlxnet.MlxnetError, match="registered by 'toy' already"):
         families.register(Thief())
+
+
+@pytest.mark.parametrize("variant, size", [("resnet18", 64), ("yolov8n", 128), ("lama-fourier", 64)])
+def test_random_weights_give_a_meaningful_float16_check(variant, size):
+    """Activations keep their scale: nothing underflows to zero in float16, the output is not
+    constant, and the float16 run is within tolerance of the float32 definitions."""
+    from mlxnet import check
+
+    mx.random.seed(0)
+    with mlxnet.use_device("cpu"):
+        model, inputs = families.build_for_check(variant, None, None, size)
+        report = check.compare(model, inputs, dtype="float16")
+    assert report.passed, report.first_failure
+    flagged = [l.path for l in report.layers if {"all-zero", "constant", "NaN", "Inf"} & set(l.flags)]
+    assert not flagged, flagged
+    out = report.layers[-1]
+    assert out.max_abs > 0 and "constant" not in out.flags
