@@ -49,6 +49,13 @@ class ModelFamily:
         """A real image (uint8 HWC RGB) through the family's own preprocessing."""
         raise MlxnetError(f"{variant}: runs on random inputs only (use --size)")
 
+    task: str = ""  # the CLI command that runs this family: classify, detect, segment, inpaint
+
+    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> Any:
+        """What the family's CLI command runs on images: the network with its own pre- and
+        post-processing (weights: an id or a path; None: the variant's own hub weights)."""
+        raise MlxnetError(f"{variant}: no predictor")
+
     def checked(self, model: nn.Module) -> nn.Module:
         """The module a layer-by-layer check runs (the model itself unless it needs prompts)."""
         return model
@@ -90,6 +97,15 @@ def family_of(variant: str) -> ModelFamily:
     if variant not in known:
         raise MlxnetError(f"unknown model {variant!r}; known: {', '.join(sorted(known))}")
     return known[variant]
+
+
+def for_task(variant: str, task: str) -> ModelFamily:
+    """The family of ``variant``, which must be one that ``task`` runs."""
+    family = family_of(variant)
+    if family.task != task:
+        choices = sorted(v for v, f in variants().items() if f.task == task)
+        raise MlxnetError(f"{variant} is not a model for `mlxnet {task}`; choose one of {', '.join(choices)}")
+    return family
 
 
 def build_for_check(variant: str, weights: str | None, image: np.ndarray | None,

@@ -382,5 +382,10 @@ class LaMaFamily(families.ModelFamily):
         mask = (mx.random.uniform(shape=(1, side, side, 1), key=mx.random.key(1)) > 0.7).astype(mx.float32)
         return [mx.concatenate([image * (1 - mask), mask], axis=-1)]
 
+    task = "inpaint"
+
+    def predictor(self, weights: str | None, variant: str | None, dtype: str | None = None) -> LaMa:
+        return LaMa.from_pretrained(weights or variant or "lama", model=variant, dtype=dtype or "float32")
+
 
 families.register(LaMaFamily())

@@ -237,5 +237,20 @@ class ResNetFamily(families.ModelFamily):
     def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
         return [preprocess(image)]
 
+    task = "classify"
+
+    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> "Classifier":
+        return Classifier(from_pretrained(weights or variant, model=variant, dtype=dtype))
+
+
+class Classifier:
+    """A ResNet with ImageNet pre- and post-processing: ``top(paths, k)`` labels per image."""
+
+    def __init__(self, net: ResNet) -> None:
+        self.net = net
+
+    def top(self, paths: Sequence[str], k: int = 5) -> list[list[tuple[str, float]]]:
+        return classify(self.net, paths, k)
+
 
 families.register(ResNetFamily())

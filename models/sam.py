@@ -11,6 +11,8 @@ upsampled bilinearly to 1024, cropped to the resized image and resized to the or
 from __future__ import annotations
 
 import os
+from typing import Any
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -298,6 +300,17 @@ class SamFamily(families.ModelFamily):
 
     def checked(self, model: nn.Module) -> nn.Module:
         return SamPointPrompt(model)  # type: ignore[arg-type]
+
+    task = "segment"
+
+    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> SamPredictor:
+        return SamPredictor.from_pretrained(weights or variant)
+
+    def mask_generator(self, predictor: SamPredictor, **options: Any) -> Any:
+        """Segment-everything on a predictor (SAM's automatic mask generator)."""
+        from .sam_amg import SamAutomaticMaskGenerator
+
+        return SamAutomaticMaskGenerator(predictor, **options)
 
 
 families.register(SamFamily())

@@ -415,5 +415,10 @@ class YOLOFamily(families.ModelFamily):
     def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
         return [mx.array(letterbox(image, size)[None]) / 255]
 
+    task = "detect"
+
+    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> YOLO:
+        return YOLO.from_pretrained(weights or variant, model=variant, dtype=dtype or "float32")
+
 
 families.register(YOLOFamily())

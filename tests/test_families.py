@@ -89,3 +89,22 @@ def test_random_weights_give_a_meaningful_float16_check(variant, size):
     assert not flagged, flagged
     out = report.layers[-1]
     assert out.max_abs > 0 and "constant" not in out.flags
+
+
+def test_the_core_never_imports_a_model_module():
+    """mlxnet/ reaches models only through the family registry (which imports the package)."""
+    import re
+
+    root = Path(mlxnet.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if re.search(r"(from|import)\s+mlxnet\.models\.\w+|from\s+mlxnet\.models\s+import", line):
+                offenders.append(f"{path.relative_to(root)}: {line.strip()}")
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("command, variant", [("detect", "resnet50"), ("classify", "yolov8n")])
+def test_a_command_names_the_models_it_runs(command, variant):
+    with pytest.raises(mlxnet.MlxnetError, match=f"{variant} is not a model for `mlxnet {command}`"):
+        families.for_task(variant, command)

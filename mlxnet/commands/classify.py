@@ -18,12 +18,10 @@ def classify(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Print the top ImageNet labels and probabilities for each image."""
-    from mlxnet.models import resnet
+    from mlxnet import families
 
-    if model not in resnet.CONFIGS:
-        raise MlxnetError(f"unknown model {model!r}; choose one of {', '.join(resnet.CONFIGS)}")
-    net = resnet.from_pretrained(weights or model, model=model)
-    results = [resnet.classify(net, [path], top)[0] for path in images]
+    classifier = families.for_task(model, "classify").predictor(weights, model)
+    results = [classifier.top([path], top)[0] for path in images]
     if as_json:
         print(json.dumps([{"image": p, "top": [{"label": l, "probability": pr} for l, pr in r]}
                           for p, r in zip(images, results)], indent=1))

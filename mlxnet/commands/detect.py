@@ -25,10 +25,9 @@ def detect(
 ) -> None:
     """Detect COCO objects in each image and write a labelled copy to OUTPUT."""
     from mlxnet.image import check_output_path, draw_boxes, load_image, save_image
-    from mlxnet.models import yolo
+    from mlxnet import families
 
-    if model not in yolo.MODELS:
-        raise MlxnetError(f"unknown model {model!r}; choose one of {', '.join(yolo.MODELS)}")
+    family = families.for_task(model, "detect")
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
     targets = [output / Path(p).name for p in images]
@@ -39,7 +38,7 @@ def detect(
     for target in targets:
         check_output_path(target, images)
     try:
-        detector = yolo.YOLO.from_pretrained(weights or model, model=model)
+        detector = family.predictor(weights, model)
     except MlxnetError as e:  # the loader lists every problem; the CLI says it in one line
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         raise MlxnetError(lines[0].rstrip(":") + (f" (first: {lines[1]})" if len(lines) > 1 else "")) from None

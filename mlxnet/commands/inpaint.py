@@ -29,7 +29,7 @@ def inpaint(
 
     import mlxnet
     from mlxnet.image import check_output_path, load_image, resize_pil, save_image
-    from mlxnet.models import lama
+    from mlxnet import families
 
     if dtype not in ("float32", "float16", "bfloat16"):
         raise MlxnetError(f"unknown dtype {dtype!r}: expected float32, float16 or bfloat16")
@@ -41,7 +41,8 @@ def inpaint(
             raise MlxnetError(f"mask {mask} is {msk.shape[1]}×{msk.shape[0]} but image {image} is "
                               f"{img.shape[1]}×{img.shape[0]}; pass --resize-mask to resize it")
         msk = resize_pil(msk, (img.shape[1], img.shape[0]), "nearest")
-    net = lama.LaMa.from_pretrained(weights, model=model, dtype=dtype)
+    family = families.for_task(model or (weights if weights in families.variants() else "lama"), "inpaint")
+    net = family.predictor(weights, model, dtype)
     start = time.perf_counter()
     result = net.inpaint(img, msk)
     seconds = time.perf_counter() - start

@@ -77,7 +77,7 @@ def segment(
 ) -> None:
     """Segment an object from point/box prompts, or everything with --everything."""
     from mlxnet.image import check_output_path, draw_prompts, load_image, overlay_masks, save_image
-    from mlxnet.models import sam
+    from mlxnet import families
 
     if everything and (point or box or label):
         raise MlxnetError("--everything takes no --point/--label/--box prompts")
@@ -89,18 +89,17 @@ def segment(
     check_output_path(output, [image])
     check_output_path(mask_path(output), [image])
     try:
-        predictor = sam.SamPredictor.from_pretrained(weights)
+        family = families.for_task("sam-tiny", "segment")
+        predictor = family.predictor(weights, "sam-tiny")
     except MlxnetError as e:  # the loader lists every problem; the CLI says it in one line
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         raise MlxnetError(lines[0] + (f" (first: {lines[1]})" if len(lines) > 1 else "")) from None
 
     if everything:
-        from mlxnet.models.sam_amg import SamAutomaticMaskGenerator
-
-        gen = SamAutomaticMaskGenerator(predictor, points_per_side=points_per_side,
-                                        points_per_batch=points_per_batch, pred_iou_thresh=pred_iou_thresh,
-                                        stability_score_thresh=stability_thresh,
-                                        stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
+        gen = family.mask_generator(predictor, points_per_side=points_per_side,
+                                    points_per_batch=points_per_batch, pred_iou_thresh=pred_iou_thresh,
+                                    stability_score_thresh=stability_thresh,
+                                    stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
         anns = gen.generate(pixels)
         by_area = sorted(range(len(anns)), key=lambda i: -anns[i]["area"])  # small masks drawn on top
         overlay = overlay_masks(pixels, [anns[i]["segmentation"] for i in by_area])
