@@ -86,7 +86,11 @@ def _patchelf() -> str | None:
 
 def _renamed_copy(source: Path) -> Path:
     """A cached copy of ``source`` whose MLX_SYMBOLS are exported under their plain names."""
-    key = hashlib.sha256(f"{file_digest(source)}\n{' '.join(MLX_SYMBOLS)}".encode()).hexdigest()[:16]
+    # Keyed by the installed library's path, size and time (a reinstall changes them; hashing
+    # it too would double the start-up cost), and by the names renamed.
+    stat = source.stat()
+    key = hashlib.sha256(f"{source}\n{stat.st_size}\n{stat.st_mtime_ns}\n{' '.join(MLX_SYMBOLS)}"
+                         .encode()).hexdigest()[:16]
     target = cache_dir("blas") / key / "libmlxnet_openblas.so"
     if is_intact(target):
         return target
