@@ -18,7 +18,7 @@ import numpy as np
 from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
-from mlxnet.image import center_crop, load_image, resize_pil
+from mlxnet.image import center_crop, draw_boxes, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
 
@@ -243,14 +243,34 @@ class ResNetFamily(families.ModelFamily):
         return Classifier(from_pretrained(weights or variant, model=variant, dtype=dtype))
 
 
+@dataclass
+class Classification:
+    """One image's most probable labels, best first: (label, probability)."""
+
+    top: list[tuple[str, float]]
+
+    def to_dict(self) -> dict:
+        return {"top": [{"label": label, "probability": p} for label, p in self.top]}
+
+    def render(self, image: np.ndarray) -> np.ndarray:
+        """A copy of ``image`` framed and captioned with its best label and probability."""
+        h, w = image.shape[:2]
+        label, p = self.top[0]
+        return draw_boxes(image, np.array([[0, 0, w - 1, h - 1]], np.float32), [f"{label} {p:.0%}"])
+
+    def summary(self) -> str:
+        return "\n".join(f"  {p:7.2%}  {label}" for label, p in self.top)
+
+
 class Classifier:
-    """A ResNet with ImageNet pre- and post-processing: ``top(paths, k)`` labels per image."""
+    """A ResNet with ImageNet pre- and post-processing."""
 
     def __init__(self, net: ResNet) -> None:
         self.net = net
 
-    def top(self, paths: Sequence[str], k: int = 5) -> list[list[tuple[str, float]]]:
-        return classify(self.net, paths, k)
+    def predict(self, image: str | np.ndarray, k: int = 5) -> Classification:
+        pixels = load_image(image) if not isinstance(image, np.ndarray) else image
+        return Classification(top_k(self.net(preprocess(pixels)), k)[0])
 
 
 families.register(ResNetFamily())

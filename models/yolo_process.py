@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
-from mlxnet.image import resize_bilinear
+from mlxnet.image import draw_boxes, resize_bilinear
 
 STRIDE = 32
 PAD_VALUE = 114
@@ -104,3 +104,17 @@ class Detections:
         """JSON-ready rows: box [x1, y1, x2, y2], score, class id, class name."""
         return [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 4), "class": int(c),
                  "name": self.names[c]} for box, s, c in zip(self.boxes, self.scores, self.classes)]
+
+    def to_dict(self) -> dict:
+        return {"detections": self.to_list()}
+
+    def render(self, image: np.ndarray) -> np.ndarray:
+        """A copy of ``image`` with each box drawn and labelled "name score", one colour a class."""
+        labels = [f"{name} {score:.2f}" for name, score in zip(self.labels, self.scores)]
+        return draw_boxes(image, self.boxes, labels, colour_ids=list(self.classes))
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for name in self.labels:
+            counts[name] = counts.get(name, 0) + 1
+        return ", ".join(f"{n} {name}" for name, n in counts.items()) or "nothing"

@@ -108,3 +108,23 @@ def test_the_core_never_imports_a_model_module():
 def test_a_command_names_the_models_it_runs(command, variant):
     with pytest.raises(mlxnet.MlxnetError, match=f"{variant} is not a model for `mlxnet {command}`"):
         families.for_task(variant, command)
+
+
+def test_results_render_and_serialise_themselves():
+    import json
+
+    import numpy as np
+
+    from mlxnet.models.resnet import Classification
+    from mlxnet.models.yolo_process import Detections
+
+    image = np.full((40, 60, 3), 128, np.uint8)
+    det = Detections(np.array([[5, 5, 30, 20]], np.float32), np.array([0.9], np.float32),
+                     np.array([1], np.int32), ("cat", "dog"))
+    drawn = det.render(image)
+    assert drawn.shape == image.shape and (drawn != image).any() and (image == 128).all()
+    assert json.loads(json.dumps(det.to_dict()))["detections"][0]["name"] == "dog"
+    assert det.summary() == "1 dog"
+    top = Classification([("tabby", 0.75), ("tiger", 0.2)])
+    assert (top.render(image) != image).any()
+    assert json.loads(json.dumps(top.to_dict()))["top"][0] == {"label": "tabby", "probability": 0.75}

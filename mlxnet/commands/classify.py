@@ -21,12 +21,9 @@ def classify(
     from mlxnet import families
 
     classifier = families.for_task(model, "classify").predictor(weights, model)
-    results = [classifier.top([path], top)[0] for path in images]
+    results = [classifier.predict(path, top) for path in images]
     if as_json:
-        print(json.dumps([{"image": p, "top": [{"label": l, "probability": pr} for l, pr in r]}
-                          for p, r in zip(images, results)], indent=1))
+        print(json.dumps([{"image": p, **r.to_dict()} for p, r in zip(images, results)], indent=1))
         return
-    for path, rows in zip(images, results):
-        print(path)
-        for label, prob in rows:
-            print(f"  {prob:7.2%}  {label}")
+    for path, result in zip(images, results):
+        print(f"{path}\n{result.summary()}")

@@ -24,7 +24,7 @@ def detect(
     as_json: bool = typer.Option(False, "--json", help="Print the detections as JSON."),
 ) -> None:
     """Detect COCO objects in each image and write a labelled copy to OUTPUT."""
-    from mlxnet.image import check_output_path, draw_boxes, load_image, save_image
+    from mlxnet.image import check_output_path, load_image, save_image
     from mlxnet import families
 
     family = families.for_task(model, "detect")
@@ -46,16 +46,10 @@ def detect(
     report = []
     for path, image, target in zip(images, pixels, targets):
         det = detector.predict(image, conf=conf, iou=iou, imgsz=imgsz, max_det=max_det)
-        labels = [f"{name} {score:.2f}" for name, score in zip(det.labels, det.scores)]
-        save_image(draw_boxes(image, det.boxes, labels, colour_ids=list(det.classes)), target)
+        save_image(det.render(image), target)
         report.append({"image": path, "output": str(target), "width": image.shape[1], "height": image.shape[0],
-                       "detections": det.to_list()})
+                       **det.to_dict()})
+        if not as_json:
+            print(f"{path}: {det.summary()} -> {target}")
     if as_json:
         print(json.dumps({"model": model, "conf": conf, "iou": iou, "imgsz": imgsz, "images": report}, indent=1))
-        return
-    for row in report:
-        counts: dict[str, int] = {}
-        for d in row["detections"]:
-            counts[d["name"]] = counts.get(d["name"], 0) + 1
-        found = ", ".join(f"{n} {name}" for name, n in counts.items()) or "nothing"
-        print(f"{row['image']}: {found} -> {row['output']}")
