@@ -23,6 +23,7 @@ of 8; :meth:`LaMa.inpaint` does the reference's padding, masking, blending and c
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Sequence
 
 import mlx.core as mx
@@ -361,6 +362,27 @@ for _name in CONFIGS:
 __all__: Sequence[str] = ["CONFIGS", "LaMa", "FourierUnit", "weight_spec", "transposed_conv_indices"]
 
 
+@dataclass
+class Inpainting:
+    """An image with its masked pixels filled: ``filled`` (H, W, 3) uint8 and the mask used."""
+
+    filled: np.ndarray
+    mask: np.ndarray
+
+    def render(self, image: np.ndarray | None = None) -> np.ndarray:
+        return self.filled
+
+    def to_dict(self) -> dict:
+        count = int((self.mask > 0).sum())
+        return {"width": self.filled.shape[1], "height": self.filled.shape[0], "filled_pixels": count,
+                "filled_fraction": round(count / self.mask.size, 6)}
+
+    def summary(self) -> str:
+        d = self.to_dict()
+        return (f"filled {d['filled_pixels']} pixels ({d['filled_fraction']:.1%}) of "
+                f"{d['width']}×{d['height']}")
+
+
 class LaMaFamily(families.ModelFamily):
     name = "lama"
     variants = tuple(CONFIGS)
@@ -386,6 +408,9 @@ class LaMaFamily(families.ModelFamily):
 
     def predictor(self, weights: str | None, variant: str | None, dtype: str | None = None) -> LaMa:
         return LaMa.from_pretrained(weights or variant or "lama", model=variant, dtype=dtype or "float32")
+
+    def inpaint(self, model: LaMa, image: np.ndarray, mask: np.ndarray) -> Inpainting:
+        return Inpainting(model.inpaint(image, mask), mask)
 
 
 families.register(LaMaFamily())

@@ -11,6 +11,7 @@ upsampled bilinearly to 1024, cropped to the resized image and resized to the or
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -19,8 +20,8 @@ import numpy as np
 
 from mlxnet import families
 from mlxnet.errors import MlxnetError
+from mlxnet.image import draw_prompts, overlay_masks, resize_pil
 from mlxnet.nn.init import scale_preserving_init
-from mlxnet.image import resize_pil
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
 
 from .sam_decoder import MaskDecoder, PromptEncoder
@@ -280,6 +281,49 @@ class SamPointPrompt(nn.Module):
         return low_res
 
 
+@dataclass
+class Segmentation:
+    """Masks of one image: from prompts (several candidates, ``best`` chosen by score) or
+    segment-everything (``records`` of the automatic mask generator, any number of masks)."""
+
+    size: tuple[int, int]  # (H, W) of the image
+    masks: list[np.ndarray]
+    scores: list[float]
+    best: int | None = None
+    records: list[dict] | None = None
+    prompts: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None] = (None, None, None)
+
+    def render(self, image: np.ndarray) -> np.ndarray:
+        """The image with the chosen mask (or every mask, small ones on top) and the prompts."""
+        if self.best is not None:
+            return draw_prompts(overlay_masks(image, [self.masks[self.best]]), *self.prompts)
+        return overlay_masks(image, [self.masks[i] for i in self._by_area()])
+
+    def mask_image(self) -> np.ndarray:
+        """The chosen binary mask as 0/255, or a label map (0: no mask, i: mask i) for everything."""
+        if self.best is not None:
+            return self.masks[self.best].astype(np.uint8) * 255
+        labels = np.zeros(self.size, np.uint16 if len(self.masks) > 255 else np.uint8)
+        for i in self._by_area():
+            labels[self.masks[i]] = i + 1
+        return labels
+
+    def _by_area(self) -> list[int]:
+        return sorted(range(len(self.masks)), key=lambda i: -int(self.masks[i].sum()))
+
+    def to_dict(self) -> dict:
+        if self.best is not None:
+            return {"mode": "prompt", "best": self.best,
+                    "masks": [{"score": s, "area": int(m.sum())} for s, m in zip(self.scores, self.masks)]}
+        keys = ("bbox", "area", "predicted_iou", "stability_score", "point_coords")
+        return {"mode": "everything", "masks": [{k: r[k] for k in keys} for r in self.records or []]}
+
+    def summary(self) -> str:
+        if self.best is None:
+            return f"{len(self.masks)} masks"
+        return f"mask score {self.scores[self.best]:.3f}, {int(self.masks[self.best].sum())} px"
+
+
 class SamFamily(families.ModelFamily):
     name = "sam"
     variants = ("sam-tiny",)
@@ -306,11 +350,24 @@ class SamFamily(families.ModelFamily):
     def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> SamPredictor:
         return SamPredictor.from_pretrained(weights or variant)
 
-    def mask_generator(self, predictor: SamPredictor, **options: Any) -> Any:
-        """Segment-everything on a predictor (SAM's automatic mask generator)."""
+    def segment(self, predictor: SamPredictor, image: np.ndarray, points: np.ndarray | None,
+                labels: np.ndarray | None, box: np.ndarray | None,
+                multimask: bool | None = None) -> Segmentation:
+        """Masks for point/box prompts; by default several candidates for a lone point (it is
+        ambiguous), one otherwise, as SAM's authors advise."""
+        predictor.set_image(image)
+        multi = multimask if multimask is not None else (box is None and points is not None and len(points) == 1)
+        masks, scores, _ = predictor.predict(points, labels, box, multimask_output=multi)
+        return Segmentation(image.shape[:2], list(masks), [float(s) for s in scores],
+                            int(np.argmax(scores)), prompts=(points, labels, box))
+
+    def segment_everything(self, predictor: SamPredictor, image: np.ndarray, **options: Any) -> Segmentation:
+        """Every object (SAM's automatic mask generator; ``options`` are its thresholds)."""
         from .sam_amg import SamAutomaticMaskGenerator
 
-        return SamAutomaticMaskGenerator(predictor, **options)
+        records = SamAutomaticMaskGenerator(predictor, **options).generate(image)
+        return Segmentation(image.shape[:2], [r["segmentation"] for r in records],
+                            [r["predicted_iou"] for r in records], records=records)
 
 
 families.register(SamFamily())

@@ -128,3 +128,31 @@ def test_results_render_and_serialise_themselves():
     top = Classification([("tabby", 0.75), ("tiger", 0.2)])
     assert (top.render(image) != image).any()
     assert json.loads(json.dumps(top.to_dict()))["top"][0] == {"label": "tabby", "probability": 0.75}
+
+
+def test_segmentation_and_inpainting_results_render_and_serialise():
+    import json
+
+    import numpy as np
+
+    from mlxnet.models.lama import Inpainting
+    from mlxnet.models.sam import Segmentation
+
+    image = np.full((20, 30, 3), 100, np.uint8)
+    small, big = np.zeros((20, 30), bool), np.zeros((20, 30), bool)
+    small[2:5, 2:5], big[:, :15] = True, True
+    chosen = Segmentation((20, 30), [small, big], [0.5, 0.9], best=1,
+                          prompts=(np.array([[3.0, 3.0]]), np.array([1]), None))
+    assert (chosen.render(image) != image).any()
+    assert set(np.unique(chosen.mask_image())) == {0, 255}
+    assert json.loads(json.dumps(chosen.to_dict()))["best"] == 1
+    everything = Segmentation((20, 30), [small, big], [0.5, 0.9],
+                              records=[{"bbox": [0, 0, 1, 1], "area": 9, "predicted_iou": 0.5,
+                                        "stability_score": 0.9, "point_coords": [[1, 1]]}] * 2)
+    labels = everything.mask_image()
+    assert labels[3, 3] == 1 and labels[10, 10] == 2  # the small mask drawn over the big one
+    assert Segmentation((20, 30), [], [], records=[]).mask_image().shape == (20, 30)
+    mask = np.zeros((20, 30), np.uint8)
+    mask[:10] = 255
+    done = Inpainting(image, mask)
+    assert done.render() is image and done.to_dict()["filled_fraction"] == 0.5

@@ -44,18 +44,13 @@ def inpaint(
     family = families.for_task(model or (weights if weights in families.variants() else "lama"), "inpaint")
     net = family.predictor(weights, model, dtype)
     start = time.perf_counter()
-    result = net.inpaint(img, msk)
+    result = family.inpaint(net, img, msk)
     seconds = time.perf_counter() - start
-    save_image(result, out_path)
-    filled = int((msk > 0).sum())
-    summary = {
-        "image": image, "mask": mask, "output": str(out_path), "width": img.shape[1], "height": img.shape[0],
-        "filled_pixels": filled, "filled_fraction": round(filled / msk.size, 6), "weights": weights,
-        "dtype": dtype, "backend": mlxnet.backend(), "seconds": round(seconds, 4),
-        "peak_memory_mb": round(mx.get_peak_memory() / 2**20, 1),
-    }
+    save_image(result.render(img), out_path)
     if as_json:
-        print(json.dumps(summary, indent=1))
+        print(json.dumps({
+            "image": image, "mask": mask, "output": str(out_path), **result.to_dict(), "weights": weights,
+            "dtype": dtype, "backend": mlxnet.backend(), "seconds": round(seconds, 4),
+            "peak_memory_mb": round(mx.get_peak_memory() / 2**20, 1)}, indent=1))
     else:
-        print(f"{out_path}: filled {filled} pixels ({summary['filled_fraction']:.1%}) of "
-              f"{img.shape[1]}×{img.shape[0]} in {seconds:.2f} s ({mlxnet.backend()}, {dtype})")
+        print(f"{out_path}: {result.summary()} in {seconds:.2f} s ({mlxnet.backend()}, {dtype})")

@@ -76,7 +76,7 @@ def segment(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Segment an object from point/box prompts, or everything with --everything."""
-    from mlxnet.image import check_output_path, draw_prompts, load_image, overlay_masks, save_image
+    from mlxnet.image import check_output_path, load_image, save_image
     from mlxnet import families
 
     if everything and (point or box or label):
@@ -96,37 +96,16 @@ def segment(
         raise MlxnetError(lines[0] + (f" (first: {lines[1]})" if len(lines) > 1 else "")) from None
 
     if everything:
-        gen = family.mask_generator(predictor, points_per_side=points_per_side,
-                                    points_per_batch=points_per_batch, pred_iou_thresh=pred_iou_thresh,
-                                    stability_score_thresh=stability_thresh,
-                                    stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
-        anns = gen.generate(pixels)
-        by_area = sorted(range(len(anns)), key=lambda i: -anns[i]["area"])  # small masks drawn on top
-        overlay = overlay_masks(pixels, [anns[i]["segmentation"] for i in by_area])
-        labels_map = np.zeros((h, w), np.uint16 if len(anns) > 255 else np.uint8)
-        for i in by_area:
-            labels_map[anns[i]["segmentation"]] = i + 1
-        records = [{k: a[k] for k in ("bbox", "area", "predicted_iou", "stability_score", "point_coords")}
-                   for a in anns]
-        result = {"mode": "everything", "masks": records}
-        mask_image = labels_map
+        result = family.segment_everything(
+            predictor, pixels, points_per_side=points_per_side, points_per_batch=points_per_batch,
+            pred_iou_thresh=pred_iou_thresh, stability_score_thresh=stability_thresh,
+            stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
     else:
-        predictor.set_image(pixels)
-        multi = multimask if multimask is not None else (box_arr is None and coords is not None and len(coords) == 1)
-        masks, scores, _ = predictor.predict(coords, labels, box_arr, multimask_output=multi)
-        best = int(np.argmax(scores))
-        overlay = draw_prompts(overlay_masks(pixels, [masks[best]]), coords, labels, box_arr)
-        mask_image = masks[best].astype(np.uint8) * 255
-        result = {"mode": "prompt", "best": best, "masks": [
-            {"score": float(s), "area": int(m.sum())} for s, m in zip(scores, masks)]}
-    save_image(overlay, output)
-    save_image(mask_image, mask_path(output))
-    result = {"image": image, "width": w, "height": h, "overlay": str(output), "mask": str(mask_path(output)),
-              **result}
+        result = family.segment(predictor, pixels, coords, labels, box_arr, multimask)
+    save_image(result.render(pixels), output)
+    save_image(result.mask_image(), mask_path(output))
     if as_json:
-        print(json.dumps(result, indent=1))
-    elif everything:
-        print(f"{image}: {len(result['masks'])} masks -> {output}, {mask_path(output)}")
+        print(json.dumps({"image": image, "width": w, "height": h, "overlay": str(output),
+                          "mask": str(mask_path(output)), **result.to_dict()}, indent=1))
     else:
-        m = result["masks"][result["best"]]
-        print(f"{image}: mask score {m['score']:.3f}, {m['area']} px -> {output}, {mask_path(output)}")
+        print(f"{image}: {result.summary()} -> {output}, {mask_path(output)}")
