@@ -3,7 +3,8 @@
 ``compare(model, inputs, against=..., dtype=...)`` runs one ``mlx.nn.Module`` twice on the
 same inputs — a *baseline* configuration (every op's definition, on the CPU or on this
 device, in float32) and the configuration under test (this device with its fast faces: CPU
-fast paths or GPU kernels, optionally in float16/bfloat16) — capturing every submodule's output by module path. Each layer gets the
+fast paths or GPU kernels, optionally in float16/bfloat16) — capturing every submodule's
+output by module path. Each layer gets the
 max abs error, max relative error (to the baseline's largest magnitude), cosine similarity
 and flags for all-zero, constant, NaN or Inf output; the report names the FIRST layer, in
 execution order, beyond tolerance: where a bug is born, not where it shows.

@@ -30,6 +30,7 @@ class ModelFamily:
     # Random-weight checks: also set the BatchNorm statistics from the check's own input (for
     # deep residual stacks whose activations otherwise saturate the head; see check.calibrate).
     calibrate_batchnorm: bool = False
+    task: str = ""  # the CLI command that runs this family: classify, detect, segment, inpaint
 
     def build(self, variant: str) -> nn.Module:
         """The variant with random weights, in eval mode, initialised so that activations keep
@@ -48,8 +49,6 @@ class ModelFamily:
     def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
         """A real image (uint8 HWC RGB) through the family's own preprocessing."""
         raise MlxnetError(f"{variant}: runs on random inputs only (use --size)")
-
-    task: str = ""  # the CLI command that runs this family: classify, detect, segment, inpaint
 
     def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> Any:
         """What the family's CLI command runs on images: the network with its own pre- and

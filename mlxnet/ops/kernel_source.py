@@ -34,6 +34,7 @@ import contextlib
 import functools
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -146,6 +147,15 @@ class Launch:
     output_dtypes: tuple[mx.Dtype, ...]
     init_value: float | None = None
 
+    def call_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of an MLX kernel call for this launch, its inputs aside."""
+        kwargs: dict[str, Any] = dict(
+            template=list(self.template), grid=self.grid, threadgroup=self.threadgroup,
+            output_shapes=list(self.output_shapes), output_dtypes=list(self.output_dtypes))
+        if self.init_value is not None:
+            kwargs["init_value"] = self.init_value
+        return kwargs
+
     def run(self) -> list[mx.array]:
         """Launch it for real on the back end in force (compiles it there first)."""
         return self.kernel.launch(self)
@@ -241,14 +251,7 @@ class PortableKernel:
     def launch(self, launch: Launch) -> list[mx.array]:
         target = backend()
         self.built.add((target, tuple((k, str(v)) for k, v in launch.template)))
-        kwargs = dict(
-            inputs=list(launch.inputs), template=list(launch.template), grid=launch.grid,
-            threadgroup=launch.threadgroup, output_shapes=list(launch.output_shapes),
-            output_dtypes=list(launch.output_dtypes),
-        )
-        if launch.init_value is not None:
-            kwargs["init_value"] = launch.init_value
-        return self.handle(target)(**kwargs)
+        return self.handle(target)(inputs=list(launch.inputs), **launch.call_kwargs())
 
 
 def _generated_metal_source(launch: Launch) -> str:
@@ -256,30 +259,20 @@ def _generated_metal_source(launch: Launch) -> str:
     header, body = render(kernel.filename, kernel.kernel, "metal")
     return generated_metal_source(
         kernel.name, kernel.input_names, kernel.output_names, header, body, launch.inputs,
-        template=launch.template, grid=launch.grid, threadgroup=launch.threadgroup,
-        output_shapes=launch.output_shapes, output_dtypes=launch.output_dtypes,
-        init_value=launch.init_value, atomic_outputs=kernel.atomic_outputs)
+        atomic_outputs=kernel.atomic_outputs, **launch.call_kwargs())
 
 
 def generated_metal_source(name: str, input_names: Sequence[str], output_names: Sequence[str],
                            header: str, body: str, inputs: Sequence[mx.array], *,
-                           template: Sequence[tuple[str, Any]], grid: tuple[int, int, int],
-                           threadgroup: tuple[int, int, int],
-                           output_shapes: Sequence[Sequence[int]],
-                           output_dtypes: Sequence[mx.Dtype], init_value: float | None = None,
-                           atomic_outputs: bool = False) -> str:
+                           atomic_outputs: bool = False, **call: Any) -> str:
     """What ``mx.fast.metal_kernel(name, ..., source=body, header=header)`` generates for a
-    call on ``inputs`` (MLX's own code generator: the source is printed while the call is
-    traced by ``mx.export_function``, which needs no GPU)."""
+    call on ``inputs`` with the kernel call's keyword arguments ``call`` (template, grid,
+    threadgroup, output shapes and dtypes): MLX's own code generator, which prints the source
+    while ``mx.export_function`` traces the call, with no GPU needed."""
     metal = mx.fast.metal_kernel(name=name, input_names=list(input_names),
                                  output_names=list(output_names), source=body, header=header,
                                  atomic_outputs=atomic_outputs)
-    kwargs: dict[str, Any] = dict(
-        template=list(template), grid=tuple(grid), threadgroup=tuple(threadgroup),
-        output_shapes=[tuple(s) for s in output_shapes], output_dtypes=list(output_dtypes),
-        verbose=True)
-    if init_value is not None:
-        kwargs["init_value"] = init_value
+    kwargs = {**call, "verbose": True}
     with tempfile.TemporaryDirectory() as tmp:
         printed = os.path.join(tmp, "stdout")
         with _stdout_to(printed):
@@ -296,8 +289,6 @@ def generated_metal_source(name: str, input_names: Sequence[str], output_names: 
 @contextlib.contextmanager
 def _stdout_to(path: str) -> Iterator[None]:
     """Send file descriptor 1 (where MLX's C++ code prints) to ``path`` for the block."""
-    import sys
-
     sys.stdout.flush()
     saved = os.dup(1)
     try:
