@@ -267,8 +267,7 @@ class YOLOv8(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS."""
-        with ops.all_direct_convs():  # all convs: on the CPU, none is left to OpenBLAS (see there)
-            return self.model[22](self.features(x))
+        return self.model[22](self.features(x))
 
     def fuse(self) -> "YOLOv8":
         """Fold every BatchNorm into its conv (inference only; ultralytics' predictor does the same)."""

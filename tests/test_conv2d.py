@@ -2,7 +2,6 @@
 direct conv, else mx.conv2d) against PyTorch."""
 from __future__ import annotations
 
-import contextlib
 
 import mlx.core as mx
 import numpy as np
@@ -73,12 +72,11 @@ def test_pointwise_conv_of_concat_equals_the_conv_of_the_concatenation():
     assert got.shape == want.shape and mx.abs(got - want).max().item() < tol * max(1.0, mx.abs(want).max().item())
     with pytest.raises(mlxnet.MlxnetError, match=r"weight \(7, 1, 1, 15\) does not fit parts"):
         ops.pointwise_conv_of_concat(parts[:2], w)
-    # with the SiLU applied (16 outputs: the CPU primitives' direct conv can take it in a block)
-    w16, b16 = mx.random.normal((16, 1, 1, 15)), mx.random.normal((16,))
-    v = mx.conv2d(mx.concatenate(parts, axis=-1), w16) + b16
-    for direct in (False, True):
-        with ops.all_direct_convs() if direct else contextlib.nullcontext():
-            got = ops.pointwise_conv_of_concat(parts, w16, b16, activation="silu")
+    # with the SiLU applied: 16 outputs, which the CPU primitives' direct conv takes; 24, which it cannot
+    for c_out in (16, 24):
+        w_a, b_a = mx.random.normal((c_out, 1, 1, 15)), mx.random.normal((c_out,))
+        v = mx.conv2d(mx.concatenate(parts, axis=-1), w_a) + b_a
+        got = ops.pointwise_conv_of_concat(parts, w_a, b_a, activation="silu")
         assert mx.abs(got - v * mx.sigmoid(v)).max().item() < tol * max(1.0, mx.abs(v).max().item())
 
 

@@ -206,12 +206,12 @@ def test_conv2d_takes_the_direct_conv_where_it_fits(native, monkeypatch):
     got = ops.conv2d(x, w, b, padding=1, activation="silu")
     np.testing.assert_allclose(np.array(got), np.array(_conv_reference(x, w, b, 1, 1, 1, True)), rtol=1e-5, atol=2e-5)
     assert calls == [((32, 3, 3, 32), True)]
-    # not for: C_out off 16s, float16, 1×1 kernels, grouped convs, wide channels on a small map
+    # not for: C_out off 16s, float16, grouped convs, wide channels without a SiLU (3×3 and 1×1)
     ops.conv2d(x, w[:24], padding=1)
     ops.conv2d(x.astype(mx.float16), w.astype(mx.float16), padding=1)
-    ops.conv2d(x, w[:, :1, :1])
     ops.conv2d(x, w[:, :, :, :16], groups=2, padding=1)
     ops.conv2d(mx.zeros((1, 8, 8, 128)), mx.zeros((128, 3, 3, 128)), padding=1)
+    ops.conv2d(mx.zeros((1, 8, 8, 128)), mx.zeros((128, 1, 1, 128)))
     assert len(calls) == 1
     # without an activation too, and the SiLU of other paths still gets the bias
     ops.conv2d(x, w, b, padding=1)
@@ -238,26 +238,24 @@ def test_direct_conv_reads_channel_parts_in_place(native):
         native.direct_conv2d([parts[0], parts[1][:, :8]], w[:, :, :, :19], None, (1, 1), (1, 1), (1, 1), False)
 
 
-def test_all_direct_convs_takes_every_conv_that_fits(native, monkeypatch):
+def test_convs_ending_in_a_silu_take_the_direct_conv_at_any_width(native, monkeypatch):
     calls = []
     direct = native.direct_conv2d
     monkeypatch.setattr(native, "direct_conv2d", lambda *a: calls.append(a[1].shape) or direct(*a))
     x = mx.random.normal((1, 20, 20, 128), key=mx.random.key(36))
-    w3, w1 = mx.random.normal((128, 3, 3, 128)) * 0.05, mx.random.normal((32, 1, 1, 192)) * 0.1
-    b = mx.random.normal((32,))
+    w3, w1 = mx.random.normal((128, 3, 3, 128)) * 0.05, mx.random.normal((48, 1, 1, 192)) * 0.1
+    b = mx.random.normal((48,))
     parts = [x, x[..., :64]]
-    ops.conv2d(x, w3, padding=1)  # wide channels on a small map: a GEMM outside the block
-    ops.pointwise_conv_of_concat(parts, w1, b, activation="silu")
+    ops.conv2d(x, w3, padding=1)  # wide, no SiLU: a GEMM formulation
+    ops.pointwise_conv_of_concat(parts, w1, b)
     assert calls == []
-    with ops.all_direct_convs():
-        y3 = ops.conv2d(x, w3, padding=1)
-        y1 = ops.pointwise_conv_of_concat(parts, w1, b, activation="silu")
-        ops.conv2d(x, w3[:24], padding=1)  # C_out off 16s still cannot
-    assert calls == [(128, 3, 3, 128), (32, 1, 1, 192)]
-    np.testing.assert_allclose(np.array(y3), np.array(_conv_reference(x, w3, None, 1, 1, 1, False)), rtol=1e-4, atol=1e-4)
+    y3 = ops.conv2d(x, w3, padding=1, activation="silu")
+    y1 = ops.pointwise_conv_of_concat(parts, w1, b, activation="silu")
+    ops.conv2d(x, w3[:24], padding=1, activation="silu")  # C_out off 16s still cannot
+    assert calls == [(128, 3, 3, 128), (48, 1, 1, 192)]
+    np.testing.assert_allclose(np.array(y3), np.array(_conv_reference(x, w3, None, 1, 1, 1, True)), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.array(y1), np.array(_conv_reference(mx.concatenate(parts, -1), w1, b, 1, 0, 1, True)),
                                rtol=1e-4, atol=1e-4)
-    ops.conv2d(x, w3, padding=1)  # the block's end restores the per-shape choice
     assert len(calls) == 2
 
 

@@ -6,7 +6,7 @@ from the device in force when it runs.
 """
 from .registry import REGISTRY, Op, get, register
 from .norm import layer_norm
-from .conv import all_direct_convs, conv2d, pointwise_conv_of_concat
+from .conv import conv2d, pointwise_conv_of_concat
 from .activations import gelu, sigmoid, silu
 from .attention import scaled_dot_product_attention, softmax
 from .nms import nms
@@ -16,7 +16,7 @@ from .pooling import *  # noqa: F401,F403
 from .conv_transpose import conv_transpose1d, conv_transpose2d
 from .pad import pad2d
 
-__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "all_direct_convs", "pointwise_conv_of_concat", "nms", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
+__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "pointwise_conv_of_concat", "nms", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
            "conv_transpose1d", "conv_transpose2d", "pad2d"]
 __all__ += pooling.__all__
 __all__ += ["conv_transpose1d", "conv_transpose2d"]

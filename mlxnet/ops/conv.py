@@ -17,10 +17,8 @@ rule: docs/performance-notes.md.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
 from functools import lru_cache
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import mlx.core as mx
 
@@ -126,31 +124,21 @@ def _shifted_gemms(xp: mx.array, weight: mx.array, bias: mx.array | None, dilati
     return mx.contiguous(y) if bias is None else y + bias
 
 
-_DIRECT_CHANNELS = 80 * 80  # c_in·c_out up to which the direct conv beats im2col + GEMM
-_all_direct: ContextVar[bool] = ContextVar("mlxnet_all_direct_convs", default=False)
+_DIRECT_CHANNELS = 80 * 80  # c_in·c_out up to which the direct conv beats a GEMM formulation
 
 
-@contextmanager
-def all_direct_convs() -> Iterator[None]:
-    """Within this block, every CPU conv the direct conv can run takes it (1×1 and concatenation
-    parts included), not only the shapes where it wins in isolation. For networks made of
-    convolutions (YOLOv8): once any conv runs as an OpenBLAS GEMM, OpenBLAS's idle threads spin
-    on the cores for a while and the direct convs after it run slower. Networks with wide 1×1
-    convs (ResNet-50) run slower this way, so it is not the default
+def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair, activation: str | None) -> bool:
+    """Whether a CPU conv takes the direct conv: every one it can run that is narrow
+    (c_in·c_out ≤ 80²) or ends in a SiLU, which it applies while the output tile is in cache
+    (the GEMM formulations need a second pass over the output for it). Measured on whole
+    networks, not on single convs: between direct convs, a lone OpenBLAS GEMM leaves its
+    threads spinning on the cores and slows the direct convs that follow
     (docs/performance-notes.md)."""
-    token = _all_direct.set(True)
-    try:
-        yield
-    finally:
-        _all_direct.reset(token)
-
-
-def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair) -> bool:
     c_out, kh, kw, c = weight.shape
     if not (x.dtype == weight.dtype == mx.float32 and groups == 1 and c_out % 16 == 0
             and padding[0] < kh and padding[1] < kw):
         return False
-    return _all_direct.get() or (kh * kw > 1 and c * c_out <= _DIRECT_CHANNELS)
+    return activation == "silu" or c * c_out <= _DIRECT_CHANNELS
 
 
 _IM2COL_PIXELS = 2500  # stride-1 maps up to this many output pixels take the im2col path
@@ -180,7 +168,7 @@ def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.
     _check_activation(activation)
     native = _native.on_cpu()
     if (native is not None and len(xs) <= native.max_parts and all(x.dtype == mx.float32 for x in xs)
-            and _direct_fits(xs[0], weight, 1, (0, 0))):
+            and _direct_fits(xs[0], weight, 1, (0, 0), activation)):
         return native.direct_conv2d(list(xs), weight, bias, (1, 1), (0, 0), (1, 1), activation == "silu")
     if activation == "silu":
         return silu(pointwise_conv_of_concat(xs, weight), bias)
@@ -245,7 +233,7 @@ def _conv2d_cpu_band(x: mx.array, weight: mx.array, bias: mx.array | None = None
     native = _native.on_cpu()
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (w_in + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    if native is not None and _direct_fits(x, weight, groups, padding):
+    if native is not None and _direct_fits(x, weight, groups, padding, activation):
         return native.direct_conv2d(x, weight, bias, stride, padding, dilation, activation == "silu")
     if activation == "silu":
         return silu(conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups), bias)
