@@ -23,6 +23,7 @@ of 8; :meth:`LaMa.inpaint` does the reference's padding, masking, blending and c
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -36,7 +37,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
 from mlxnet.ops.fft import irfft2, rfft2
-from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
+from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_model, open_checkpoint, register_spec
 from mlxnet.dtypes import as_dtype
 
 # Variants: released generators of the LaMa family that share this architecture.
@@ -279,13 +280,13 @@ class LaMa(nn.Module):
         "lama-fourier") or a file (the Lightning .ckpt, a generator state dict, or a file from
         ``mlxnet convert``). ``model`` names the variant of a file (default: from a converted
         file's metadata, else "lama"). ``dtype``: float32 (default), float16 or bfloat16."""
-        # A converted file names its variant; any other file is big-lama's checkpoint.
-        name = model or (str(weights) if str(weights) in CONFIGS
-                         else variant_of_file(weights, tuple(CONFIGS), "LaMa", default="lama"))
-        if name not in CONFIGS:
-            raise MlxnetError(f"unknown LaMa variant {name!r}; choose one of {', '.join(CONFIGS)}")
-        net = cls(CONFIGS[name])
-        load_pretrained(net, name, None if str(weights) == name else weights)
+        if model is not None and model not in CONFIGS:
+            raise MlxnetError(f"unknown LaMa variant {model!r}; choose one of {', '.join(CONFIGS)}")
+        ckpt = open_checkpoint(weights)
+        found = describe_checkpoint(ckpt)
+        if model is not None and found.variant != model:
+            raise MlxnetError(f"{ckpt.path} holds a {found.variant} generator, not {model}")
+        net, _ = load_model(ckpt, found.variant)
         target = as_dtype(dtype)
         if target is not None and target != mx.float32:
             net.set_dtype(target)
@@ -352,7 +353,23 @@ def weight_spec(name: str) -> WeightSpec:
         id=name, repo=repo, filename=filename,
         keys=[(r"generator\.(model\..+)", r"\1"), (r"(model\..+)", r"\1")],
         drop=[r".*\.num_batches_tracked", _TRAINING_ONLY],
-        layouts=layouts, checkpoint_key=None, build=build)
+        layouts=layouts, checkpoint_key=None, build=build, describe=describe_checkpoint)
+
+
+def describe_checkpoint(ckpt: Checkpoint) -> Description:
+    """The variant of a LaMa checkpoint (Lightning .ckpt with ``generator.`` keys, a generator
+    state dict, or an mlxnet file): the number of residual FFC blocks."""
+    if ckpt.converted:
+        found = describe_from_metadata(ckpt)
+        if found.variant not in CONFIGS:
+            raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not a LaMa generator")
+        return found
+    blocks = {m.group(1) for k in ckpt.tensors for m in [re.match(r"(?:generator\.)?model\.(\d+)\.conv1\.", k)] if m}
+    variant = next((name for name, n in CONFIGS.items() if n == len(blocks)), None)
+    if variant is None:
+        raise MlxnetError(f"{ckpt.path}: a generator with {len(blocks)} residual blocks fits no LaMa variant "
+                          f"({', '.join(f'{n}: {b}' for n, b in CONFIGS.items())})")
+    return Description(variant)
 
 
 for _name in CONFIGS:

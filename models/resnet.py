@@ -20,7 +20,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import center_crop, draw_boxes, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
-from mlxnet.weights import WeightSpec, load_pretrained, register_spec, variant_of_file
+from mlxnet.weights import Checkpoint, Description, WeightSpec, load_model, open_checkpoint, register_spec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -159,28 +159,55 @@ def resnet152(num_classes: int = 1000) -> ResNet:
 # --- Weights -----------------------------------------------------------------------------------
 # torchvision's checkpoints, as timm publishes them on the hub ("tv_in1k" = torchvision's V1
 # weights, trained for resize 256 / crop 224). Key names are identical to ours.
+
+def describe_checkpoint(ckpt: Checkpoint) -> Description:
+    """Depth and class count of a ResNet checkpoint, from its tensors: blocks per stage and
+    block type (a bottleneck has conv3) give the variant, the fc weight the class count (a
+    fine-tuned torchvision model's ``num_classes``); names from mlxnet metadata."""
+    shapes = ckpt.shapes()
+    if "fc.weight" not in shapes or "conv1.weight" not in shapes:
+        raise MlxnetError(f"{ckpt.path}: not a ResNet checkpoint (no conv1.weight / fc.weight; found "
+                          f"{len(shapes)} tensors: {', '.join(list(shapes)[:3]) or 'none'}, ...)")
+    blocks = tuple(len({k.split(".")[1] for k in shapes if k.startswith(f"layer{i}.")}) for i in range(1, 5))
+    block = Bottleneck if "layer1.0.conv3.weight" in shapes else BasicBlock
+    variant = next((name for name, c in CONFIGS.items() if (c.block, c.layers) == (block, blocks)), None)
+    if variant is None:
+        raise MlxnetError(f"{ckpt.path}: {block.__name__} stages of {blocks} blocks fit no ResNet "
+                          f"({', '.join(f'{n} {c.layers}' for n, c in CONFIGS.items())})")
+    names = ckpt.meta_json("names") if ckpt.converted else None
+    return Description(variant, {"num_classes": shapes["fc.weight"][0]},
+                       tuple(map(str, names)) if names is not None else None)
+
+
 for _name in CONFIGS:
     register_spec(WeightSpec(
         id=_name, repo=f"timm/{_name}.tv_in1k", filename="model.safetensors",
         keys=[(r"(.*)", r"\1")],
         drop=[r".*\.num_batches_tracked"],
         layouts=[(r"(.*\.)?(conv\d|downsample\.0)\.weight", "conv2d")],
-        build=lambda fold_bn=False, _n=_name: resnet(_n),
+        build=lambda fold_bn=False, num_classes=1000, _n=_name: resnet(_n, num_classes),
+        describe=describe_checkpoint,
     ))
+
+
+def load(weights: str = "resnet50", *, model: str | None = None,
+         dtype: str | None = None) -> tuple[ResNet, tuple[str, ...] | None]:
+    """(ResNet in eval mode, the class names its file carries or None) from an id ("resnet50":
+    the hub) or a file; depth and class count come from the checkpoint, ``model`` must agree."""
+    ckpt = open_checkpoint(weights)
+    found = describe_checkpoint(ckpt)
+    if model is not None and found.variant != model:
+        raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
+    net, _ = load_model(ckpt, found.variant, dtype=dtype)
+    return net, found.names
 
 
 def from_pretrained(name_or_path: str = "resnet50", *, model: str | None = None,
                     dtype: str | None = None) -> ResNet:
-    """A ResNet in eval mode with weights from an id ("resnet50": the hub) or a file.
-
-    For a file, the depth comes from ``model`` or from a file written by ``mlxnet convert``.
-    """
-    name = model or (name_or_path if name_or_path in CONFIGS
-                     else variant_of_file(name_or_path, tuple(CONFIGS), "ResNet"))
-    net = resnet(name)
-    load_pretrained(net, name, None if name_or_path == name else name_or_path, dtype=dtype)
-    net.eval()
-    return net
+    """A ResNet in eval mode with weights from an id ("resnet50": the hub) or a file (a
+    torchvision or timm checkpoint, fine-tuned ones included, or a file from ``mlxnet convert``
+    or ``save_weights``)."""
+    return load(name_or_path, model=model, dtype=dtype)[0]
 
 
 # --- ImageNet pre/post-processing (torchvision's IMAGENET1K_V1 preset) -------------------------
@@ -202,14 +229,16 @@ def imagenet_classes() -> tuple[str, ...]:
     return tuple(line for line in text.splitlines() if line)
 
 
-def top_k(logits: mx.array, k: int = 5) -> list[list[tuple[str, float]]]:
-    """Softmax and the k most probable ImageNet labels for each row."""
+def top_k(logits: mx.array, k: int = 5, names: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+    """Softmax and the k most probable labels for each row (``names``: ImageNet's by default
+    for 1000 classes, else the class index)."""
     probs = np.array(mx.softmax(logits.astype(mx.float32), axis=-1))
-    names = imagenet_classes()
+    if names is None and probs.shape[-1] == 1000:
+        names = imagenet_classes()
     out = []
     for row in probs:
         idx = np.argsort(-row)[:k]
-        out.append([(names[i] if len(row) == len(names) else str(i), float(row[i])) for i in idx])
+        out.append([(names[i] if names is not None else str(i), float(row[i])) for i in idx])
     return out
 
 
@@ -239,8 +268,10 @@ class ResNetFamily(families.ModelFamily):
 
     task = "classify"
 
-    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> "Classifier":
-        return Classifier(from_pretrained(weights or variant, model=variant, dtype=dtype))
+    def predictor(self, weights: str | None, variant: str | None, dtype: str | None = None,
+                  names: Sequence[str] | None = None) -> "Classifier":
+        net, own = load(weights or variant or "resnet50", model=variant, dtype=dtype)
+        return Classifier(net, names if names is not None else own)
 
 
 @dataclass
@@ -263,14 +294,18 @@ class Classification:
 
 
 class Classifier:
-    """A ResNet with ImageNet pre- and post-processing."""
+    """A ResNet with ImageNet pre- and post-processing and its class names (ImageNet's for a
+    1000-class model without names of its own)."""
 
-    def __init__(self, net: ResNet) -> None:
-        self.net = net
+    def __init__(self, net: ResNet, names: Sequence[str] | None = None) -> None:
+        classes = net.fc.weight.shape[0]
+        if names is not None and len(names) != classes:
+            raise MlxnetError(f"{len(names)} class names for a {classes}-class model")
+        self.net, self.names = net, tuple(names) if names is not None else None
 
     def predict(self, image: str | np.ndarray, k: int = 5) -> Classification:
         pixels = load_image(image) if not isinstance(image, np.ndarray) else image
-        return Classification(top_k(self.net(preprocess(pixels)), k)[0])
+        return Classification(top_k(self.net(preprocess(pixels)), k, self.names)[0])
 
 
 families.register(ResNetFamily())

@@ -103,7 +103,7 @@ SPEC = register_spec(WeightSpec(
     id="sam-tiny",
     repo="dhkim2810/MobileSAM",
     filename="mobile_sam.pt",
-    keys=[(r"((image_encoder|prompt_encoder|mask_decoder)\..*)", r"\1")],
+    keys=[(r"(?:module\.)?((image_encoder|prompt_encoder|mask_decoder)\..*)", r"\1")],  # DDP saves "module."
     drop=[r".*\.num_batches_tracked", r"image_encoder\.(norm_head|head)\.(weight|bias)"],
     layouts=[(_CONV, "conv2d"), (r"mask_decoder\.output_upscaling\.[03]\.weight", "conv_transpose2d")],
     build=lambda fold_bn=False: sam_tiny(),

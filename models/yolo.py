@@ -27,7 +27,8 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import load_image
 from mlxnet.nn import Conv2d, fuse_conv_bn
-from mlxnet.weights import FoldBN, WeightSpec, load_pretrained, register_spec, variant_of_file
+from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, describe, load_model, names_of,
+                            open_checkpoint, register_spec)
 
 from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
 
@@ -301,14 +302,55 @@ def yolov8x(nc: int = 80) -> YOLOv8:
 # The official checkpoints are pickled ultralytics DetectionModel objects (fp16) under "model";
 # the safe reader flattens the module tree into the usual state dict, whose keys are ours.
 MODELS = tuple(f"yolov8{s}" for s in SCALES)
+_STEM, _CLASSES = "model.0.conv.weight", "model.22.cv3.0.2.weight"  # output axis: width, class count
+
+
+def _yaml_and_names(ckpt: Checkpoint) -> tuple[dict, object]:
+    """The model's yaml dict and names as a pickled ultralytics model carries them ({} / None)."""
+    raw = ckpt.raw
+    net = raw.get("ema") or raw.get("model") if isinstance(raw, dict) else raw
+    attrs = net.attrs if isinstance(net, Record) else {}
+    yaml = attrs.get("yaml") if isinstance(attrs.get("yaml"), dict) else {}
+    return yaml, attrs.get("names")
+
+
+def describe_checkpoint(ckpt: Checkpoint) -> Description:
+    """Scale, class count and names of a YOLOv8 detection checkpoint: from mlxnet metadata, an
+    ultralytics pickle's ``yaml``/``names``, and the tensors' shapes (the stem's width gives the
+    scale, the class branch's last conv the class count), which must agree."""
+    shapes = ckpt.shapes()
+    if _STEM not in shapes or _CLASSES not in shapes:
+        found = ", ".join(list(shapes)[:3]) or "no tensors"
+        raise MlxnetError(f"{ckpt.path}: not a YOLOv8 detection checkpoint (no {_STEM if _STEM not in shapes else _CLASSES}; "
+                          f"found {len(shapes)} tensors: {found}, ...)")
+    width = shapes[_STEM][0]
+    by_width = {_make_divisible(64 * w): s for s, (_, w, _) in SCALES.items()}
+    if width not in by_width:
+        raise MlxnetError(f"{ckpt.path}: a YOLOv8 stem {width} channels wide fits no scale "
+                          f"(n, s, m, l, x have {', '.join(map(str, by_width))})")
+    scale, nc = by_width[width], shapes[_CLASSES][0]
+    yaml, names = _yaml_and_names(ckpt)
+    if ckpt.converted:
+        names = ckpt.meta_json("names")
+    said = {"scale": yaml.get("scale"), "nc": yaml.get("nc")}
+    for key, value in (("scale", scale), ("nc", nc)):
+        if said[key] is not None and said[key] != value:
+            raise MlxnetError(f"{ckpt.path}: its yaml says {key}={said[key]!r} but its tensors are for {key}={value!r}")
+    names = names_of(names, str(ckpt.path)) if names is not None else None
+    if names is not None and len(names) != nc:
+        raise MlxnetError(f"{ckpt.path}: {len(names)} class names for a {nc}-class model")
+    return Description(f"yolov8{scale}", {"nc": nc}, names)
+
+
 for _s in SCALES:
     register_spec(WeightSpec(
-        id=f"yolov8{_s}", repo="Ultralytics/YOLOv8", filename=f"yolov8{_s}.pt", checkpoint_key="model",
+        id=f"yolov8{_s}", repo="Ultralytics/YOLOv8", filename=f"yolov8{_s}.pt", checkpoint_key=None,
         keys=[(r"(model\.\d+\..*)", r"\1")],
         drop=[r".*\.num_batches_tracked"],
         layouts=lambda key, shape: "conv2d" if len(shape) == 4 else None,
         fold_bn=[FoldBN(r"(.*(?<!\.dfl))\.conv", r"\1.bn", eps=BN_EPS)],
-        build=lambda fold_bn=False, _s=_s: YOLOv8(_s, fold_bn=fold_bn),
+        build=lambda fold_bn=False, nc=80, _s=_s: YOLOv8(_s, nc, fold_bn=fold_bn),
+        describe=describe_checkpoint,
     ))
 
 
@@ -357,23 +399,29 @@ class YOLO:
 
     def __init__(self, net: YOLOv8, names: Sequence[str] | None = None) -> None:
         self.net = net
-        self.names = tuple(names) if names is not None else coco80_names()[: net.nc]
+        if names is None:  # COCO's for the 80-class models, else the class indices
+            names = coco80_names() if net.nc == 80 else tuple(f"class{i}" for i in range(net.nc))
+        self.names = tuple(names)
         if len(self.names) != net.nc:
             raise MlxnetError(f"{len(self.names)} class names for a {net.nc}-class model")
 
     @classmethod
-    def from_pretrained(cls, weights: str = "yolov8n", *, model: str | None = None, dtype: str | None = "float32",
-                        fuse: bool = True) -> "YOLO":
-        """Weights by id ("yolov8n": the official checkpoint from the hub) or by file path
-        (ultralytics .pt, or safetensors from ``mlxnet convert``); ``model`` names the scale
-        for files that do not say. Float weights are cast to ``dtype`` (ultralytics' files are fp16)."""
-        name = model or (str(weights) if str(weights) in MODELS
-                         else variant_of_file(weights, MODELS, "YOLOv8"))
-        if name not in MODELS:
-            raise MlxnetError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
-        net = YOLOv8(name[-1])
-        load_pretrained(net, name, None if str(weights) == name else weights, dtype=dtype)
-        return cls(net.fuse() if fuse else net)
+    def from_pretrained(cls, weights: str | os.PathLike = "yolov8n", *, model: str | None = None,
+                        dtype: str | None = "float32", fuse: bool = True,
+                        names: Sequence[str] | None = None) -> "YOLO":
+        """Weights by id ("yolov8n": the official checkpoint from the hub) or by file: an
+        ultralytics .pt (custom-trained included), a file from ``mlxnet convert`` or from
+        ``YOLOv8.save_weights``. The scale, class count and class names come from the
+        checkpoint; ``model``, if given, must agree; ``names`` overrides the class names.
+        Float weights are cast to ``dtype`` (ultralytics' files are fp16)."""
+        if model is not None and model not in MODELS:
+            raise MlxnetError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
+        ckpt = open_checkpoint(weights)
+        found = describe_checkpoint(ckpt)
+        if model is not None and found.variant != model:
+            raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
+        net, _ = load_model(ckpt, found.variant, dtype=dtype)
+        return cls(net.fuse() if fuse else net, names if names is not None else found.names)
 
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
                 imgsz: int = 640, max_det: int = 300, agnostic: bool = False) -> Detections | list[Detections]:
@@ -416,8 +464,10 @@ class YOLOFamily(families.ModelFamily):
 
     task = "detect"
 
-    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> YOLO:
-        return YOLO.from_pretrained(weights or variant, model=variant, dtype=dtype or "float32")
+    def predictor(self, weights: str | None, variant: str | None, dtype: str | None = None,
+                  names: Sequence[str] | None = None) -> YOLO:
+        return YOLO.from_pretrained(weights or variant or "yolov8n", model=variant,
+                                    dtype=dtype or "float32", names=names)
 
 
 families.register(YOLOFamily())

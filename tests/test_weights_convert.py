@@ -212,7 +212,8 @@ def test_cli_convert_writes_and_never_touches_src(tmp_path, monkeypatch, capsys)
     assert f"wrote {dst}" in out and "tensors" in out
     w = load_safetensors(dst)
     assert w["up.weight"].dtype == mx.bfloat16 and w["up.weight"].shape == (4, 2, 2, 8)
-    assert read_safetensors_header(dst)[1] == {"format": FORMAT, "model": "tinynet", "fold_bn": "0", "source": src.name}
+    assert read_safetensors_header(dst)[1] == {"format": FORMAT, "model": "tinynet", "fold_bn": "0", "source": src.name,
+                                               "config": "{}"}
     model = load_into(TinyNet(), {k: v.astype(mx.float32) for k, v in w.items()})
     model.eval()
     np.testing.assert_allclose(np.array(model(x)), want, rtol=5e-2, atol=5e-2)

@@ -18,7 +18,7 @@ import torch
 
 from fixtures.weights_torch_models import trained_tiny_net
 from mlxnet import MlxnetError
-from mlxnet.weights import Record, find_state_dict, read_checkpoint, read_torch_checkpoint
+from mlxnet.weights import Record, find_state_dict, open_checkpoint, read_torch_checkpoint
 
 FORMATS = pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
 
@@ -108,9 +108,9 @@ def test_ultralytics_and_lightning_layouts(tmp_path, legacy):
         find_state_dict(ckpt, "weights")
 
 
-def test_read_checkpoint_gives_mlx_arrays(tmp_path):
+def test_open_checkpoint_gives_mlx_arrays(tmp_path):
     net = trained_tiny_net()
-    sd = read_checkpoint(save({"model": net.state_dict()}, tmp_path / "n.pth", False))
+    sd = open_checkpoint(save({"model": net.state_dict()}, tmp_path / "n.pth", False)).tensors
     assert all(isinstance(v, mx.array) for v in sd.values())
     np.testing.assert_array_equal(np.array(sd["fc.bias"]), net.fc.bias.detach().numpy())
 

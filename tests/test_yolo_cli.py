@@ -68,8 +68,11 @@ def test_from_pretrained_reads_the_pickled_fp16_model(weights_pt):
     out = det.predict(str(FIXTURES / "bus.jpg"), conf=m["conf"], iou=m["iou"], imgsz=m["imgsz"])
     # fp16 weights: the same boxes as the fp32 golden, to fp16 precision.
     assert abs(len(out) - 37) <= 4 and out.scores.min() > m["conf"]
-    with pytest.raises(mlxnet.MlxnetError, match="cannot tell which YOLOv8"):
-        yolo.YOLO.from_pretrained(str(weights_pt))
+    # the scale and classes are read from the checkpoint: no model name needed, a wrong one refused
+    again = yolo.YOLO.from_pretrained(str(weights_pt))
+    assert again.net.scale == "n" and again.names == yolo.coco80_names()
+    with pytest.raises(mlxnet.MlxnetError, match=r"holds a yolov8n model, not yolov8s"):
+        yolo.YOLO.from_pretrained(str(weights_pt), model="yolov8s")
 
 
 def test_detect_writes_labelled_copies_and_json(weights_pt, tmp_path):
@@ -116,7 +119,7 @@ def test_detect_bad_input_is_one_line_error(case, weights_pt, tmp_path):
         expect = "output would overwrite the input"
     elif case == "other_model":
         weights = str(save_ultralytics_pt(tmp_path / "yolov8s.pt", "s", (1.0, 20.0)))
-        expect = "do not fit model 'yolov8n'"
+        expect = "yolov8s.pt holds a yolov8s model, not yolov8n"
     else:
         extra = ["--imgsz", "100"]
         expect = "--imgsz must be a positive multiple of 32, got 100"

@@ -11,7 +11,8 @@ from mlxnet.errors import MlxnetError
 
 def classify(
     images: List[str] = typer.Argument(..., help="Image files (any format Pillow reads)."),
-    model: str = typer.Option("resnet50", "--model", "-m", help="resnet18|34|50|101|152"),
+    model: Optional[str] = typer.Option(None, "--model", "-m",
+                                        help="resnet18|34|50|101|152 (default: what --weights holds, else resnet50)."),
     weights: Optional[str] = typer.Option(None, "--weights", "-w",
                                           help="Weights id or file (default: the model's hub weights)."),
     top: int = typer.Option(5, "--top", "-k", min=1, help="How many labels per image."),
@@ -20,7 +21,7 @@ def classify(
     """Print the top ImageNet labels and probabilities for each image."""
     from mlxnet import families
 
-    classifier = families.for_task(model, "classify").predictor(weights, model)
+    classifier = families.for_task(model or "resnet50", "classify").predictor(weights, model)
     results = [classifier.predict(path, top) for path in images]
     if as_json:
         print(json.dumps([{"image": p, **r.to_dict()} for p, r in zip(images, results)], indent=1))

@@ -13,7 +13,8 @@ from mlxnet.errors import MlxnetError
 def detect(
     images: List[str] = typer.Argument(..., help="Image files (any format Pillow reads)."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the annotated copies (same file names)."),
-    model: str = typer.Option("yolov8n", "--model", "-m", help="yolov8n|s|m|l|x"),
+    model: Optional[str] = typer.Option(None, "--model", "-m",
+                                        help="yolov8n|s|m|l|x (default: what --weights holds, else yolov8n)."),
     weights: Optional[str] = typer.Option(None, "--weights", "-w",
                                           help="Weights id or file: ultralytics .pt or converted safetensors "
                                                "(default: the model's official checkpoint from the hub)."),
@@ -27,7 +28,7 @@ def detect(
     from mlxnet.image import check_output_path, load_image, save_image
     from mlxnet import families
 
-    family = families.for_task(model, "detect")
+    family = families.for_task(model or "yolov8n", "detect")
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
     targets = [output / Path(p).name for p in images]

@@ -1,44 +1,37 @@
-"""PyTorch checkpoint -> mlxnet weights: key table, layouts, optional BN folding and cast."""
+"""PyTorch checkpoint -> mlxnet weights: key table, layouts, optional BN folding and cast.
+
+Every arithmetic step (BatchNorm folding) runs in float32 and the result is cast once at the
+end, so a float16 checkpoint folded into float32 weights is as exact as a float32 one.
+"""
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from ..errors import MlxnetError
+from .checkpoint import FORMAT, Checkpoint, Description, describe_from_metadata, fits_as_is, open_checkpoint
 from .fold import fold_conv_bn
 from .hub import resolve_weights
 from .layout import from_torch_layout
 from .loading import check_weights, load_into
-from .safetensors_io import (DTypeLike, as_dtype, cast_floating, is_safetensors, load_safetensors,
-                             read_safetensors_header, save_safetensors)
+from .safetensors_io import DTypeLike, as_dtype, cast_floating, save_safetensors
 from .spec import WeightSpec, get_spec
-from .torch_pickle import find_state_dict, read_torch_checkpoint
 
-FORMAT = "mlxnet"  # safetensors metadata "format" of converted files (upstream files say "pt")
 _BN = ("weight", "bias", "running_mean", "running_var")
 
 
-def read_checkpoint(path: str | os.PathLike, key: str | None = None) -> dict[str, mx.array]:
-    """The flat state dict of a safetensors file or a PyTorch checkpoint (read safely), as MLX arrays."""
-    path = Path(path)
-    if not path.is_file():
-        raise MlxnetError(f"checkpoint file not found: {path}")
-    if is_safetensors(path):
-        return load_safetensors(path)
-    state = find_state_dict(read_torch_checkpoint(path), key, source=str(path))
-    return {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in state.items()}
-
-
 def convert_state_dict(state: Mapping[str, mx.array], spec: WeightSpec | str, *, dtype: DTypeLike = None,
-                       fold_bn: bool = False, source: str | None = None) -> dict[str, mx.array]:
+                       fold_bn: bool = False, source: str | None = None,
+                       config: Mapping[str, Any] | None = None) -> dict[str, mx.array]:
     """Rename (spec.keys/drop), convert layouts, fold BN if asked, cast floats; if the spec can
-    build its model, check every key and shape against it."""
+    build its model (with ``config``), check every key and shape against it. With ``dtype``
+    None, floats keep their dtype (a folded conv keeps its weight's)."""
     spec = get_spec(spec)
     names = spec.map_keys(list(state))
     out = {}
@@ -46,10 +39,13 @@ def convert_state_dict(state: Mapping[str, mx.array], spec: WeightSpec | str, *,
         kind, groups = spec.layout_of(new, tuple(state[old].shape))
         out[new] = from_torch_layout(state[old], kind, groups)
     if fold_bn:
-        out = fold_batchnorm(out, spec)
+        stored = {k: v.dtype for k, v in out.items()}
+        out = fold_batchnorm(cast_floating(out, mx.float32), spec)  # in float32, whatever was stored
+        if dtype is None:  # keep what was stored; a bias the fold created takes its weight's dtype
+            out = {k: v.astype(stored.get(k) or stored[k.rsplit(".", 1)[0] + ".weight"]) for k, v in out.items()}
     out = cast_floating(out, dtype)
     if spec.build is not None:
-        problems = check_weights(spec.build(fold_bn=fold_bn), out)
+        problems = check_weights(spec.build(fold_bn=fold_bn, **dict(config or {})), out)
         if problems:
             where = f" of {source}" if source else ""
             raise MlxnetError(f"converted weights{where} do not fit model {spec.id!r}: {len(problems)} problem(s):\n"
@@ -84,10 +80,54 @@ def fold_batchnorm(weights: Mapping[str, mx.array], spec: WeightSpec) -> dict[st
     return out
 
 
+def describe(ckpt: Checkpoint, spec: WeightSpec) -> Description:
+    """What ``ckpt`` says about its model, by the spec's ``describe`` (else its metadata); an
+    error if it names another variant than ``spec``."""
+    found = (spec.describe or describe_from_metadata)(ckpt)
+    if found.variant is not None and found.variant != spec.id:
+        raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {spec.id}")
+    return found
+
+
+def model_weights(ckpt: Checkpoint, spec: WeightSpec, description: Description, *, dtype: DTypeLike = None,
+                  fold_bn: bool = False) -> tuple[dict[str, mx.array], bool]:
+    """(mlxnet weights, whether they are BN-folded) for ``spec``'s model from ``ckpt``: a
+    converted file or a model's own ``save_weights`` file as stored (its fold state decides),
+    anything else converted with the spec (``fold_bn`` decides)."""
+    config = description.config
+    if ckpt.converted:
+        folded = ckpt.metadata.get("fold_bn", "0") == "1"
+        return cast_floating(ckpt.tensors, dtype), folded
+    if spec.build is not None:
+        for folded in (fold_bn, not fold_bn) if spec.fold_bn else (False,):
+            if fits_as_is(ckpt, spec.build(fold_bn=folded, **config)):
+                return cast_floating(ckpt.tensors, dtype), folded
+    return convert_state_dict(ckpt.tensors, spec, dtype=dtype, fold_bn=fold_bn, source=str(ckpt.path),
+                              config=config), fold_bn
+
+
+def load_model(source: str | os.PathLike | Checkpoint, spec: WeightSpec | str, *, dtype: DTypeLike = None,
+               fold_bn: bool = False) -> tuple[nn.Module, Description]:
+    """Build the model a checkpoint describes (variant, class count, ...) and load it, in eval
+    mode; with the description (class names among it)."""
+    spec = get_spec(spec)
+    if spec.build is None:
+        raise MlxnetError(f"spec {spec.id!r} cannot build its model (WeightSpec.build)")
+    ckpt = source if isinstance(source, Checkpoint) else open_checkpoint(source, spec.checkpoint_key)
+    found = describe(ckpt, spec)
+    weights, folded = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
+    model = load_into(spec.build(fold_bn=folded, **found.config), weights, source=str(ckpt.path))
+    model.eval()
+    return model, found
+
+
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: WeightSpec | str, *,
-                       dtype: DTypeLike = None, fold_bn: bool = False, force: bool = False) -> Path:
+                       dtype: DTypeLike = "float32", fold_bn: bool = False, force: bool = False,
+                       names: Sequence[str] | None = None) -> Path:
     """``mlxnet convert``: SRC (file or model id) -> DST safetensors in mlxnet layout, written
-    atomically; SRC is only read, DST is overwritten only with ``force``."""
+    atomically; SRC is only read, DST is overwritten only with ``force``. Floats are written as
+    ``dtype`` (float32 unless told otherwise, whatever the checkpoint stores). The variant,
+    configuration and class names (``names``, else the checkpoint's own) go into the metadata."""
     spec, dtype = get_spec(spec), as_dtype(dtype)
     if fold_bn and not spec.fold_bn:  # fail before reading a large checkpoint
         fold_batchnorm({}, spec)
@@ -97,40 +137,34 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: Wei
     src_path = resolve_weights(src)
     if dst.exists() and dst.resolve() == src_path.resolve():
         raise MlxnetError(f"{dst} is the source checkpoint; write the conversion to another file")
-    state = read_checkpoint(src_path, spec.checkpoint_key)
-    weights = convert_state_dict(state, spec, dtype=dtype, fold_bn=fold_bn, source=str(src_path))
-    meta = {"format": FORMAT, "model": spec.id, "fold_bn": str(int(fold_bn)), "source": src_path.name}
+    ckpt = open_checkpoint(src_path, spec.checkpoint_key)
+    found = describe(ckpt, spec)
+    if ckpt.converted and ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
+        raise MlxnetError(f"{src_path} was already converted with fold_bn={ckpt.metadata.get('fold_bn')}; "
+                          "convert the original checkpoint instead")
+    weights, _ = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
+    names = tuple(names) if names is not None else found.names
+    meta = {"format": FORMAT, "model": spec.id, "fold_bn": str(int(fold_bn)), "source": src_path.name,
+            "config": json.dumps(found.config)}
+    if names is not None:
+        meta["names"] = json.dumps(list(names))
     return save_safetensors(dst, weights, metadata=meta)
 
 
 def load_pretrained(model: nn.Module, spec: WeightSpec | str, source: str | os.PathLike | None = None, *,
                     dtype: DTypeLike = None, fold_bn: bool = False, strict: bool = True) -> nn.Module:
-    """Load ``source`` (default: the spec's hub file) into ``model``: a file written by
-    ``mlxnet convert`` as is, anything else (PyTorch checkpoint, upstream safetensors) converted
-    on the fly with the spec."""
+    """Load ``source`` (default: the spec's hub file) into ``model``, built by the caller: a
+    file written by ``mlxnet convert`` or by the model's own ``save_weights`` as is, anything
+    else (PyTorch checkpoint, upstream safetensors) converted on the fly with the spec."""
     spec = get_spec(spec)
-    path = resolve_weights(source if source is not None else spec.id)
-    meta = read_safetensors_header(path)[1] if is_safetensors(path) else {}
-    if meta.get("format") == FORMAT:
-        if meta.get("model") != spec.id or meta.get("fold_bn", "0") != str(int(fold_bn)):
-            raise MlxnetError(f"{path} was converted for model {meta.get('model')!r} (fold_bn={meta.get('fold_bn')}), "
-                              f"not {spec.id!r} (fold_bn={int(fold_bn)})")
-        weights = load_safetensors(path, dtype=dtype)
+    ckpt = open_checkpoint(source if source is not None else spec.id, spec.checkpoint_key)
+    if ckpt.converted:
+        if ckpt.metadata.get("model") != spec.id or ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
+            raise MlxnetError(f"{ckpt.path} was converted for model {ckpt.metadata.get('model')!r} "
+                              f"(fold_bn={ckpt.metadata.get('fold_bn')}), not {spec.id!r} (fold_bn={int(fold_bn)})")
+        weights = cast_floating(ckpt.tensors, dtype)
+    elif fits_as_is(ckpt, model):
+        weights = cast_floating(ckpt.tensors, dtype)
     else:
-        weights = convert_state_dict(read_checkpoint(path, spec.checkpoint_key), spec, dtype=dtype,
-                                     fold_bn=fold_bn, source=str(path))
-    return load_into(model, weights, strict=strict, source=str(path))
-
-
-def variant_of_file(weights: str | os.PathLike, variants: Sequence[str], family: str,
-                    default: str | None = None) -> str:
-    """The model variant a weights file is for: the ``model`` its mlxnet metadata names, else
-    ``default``; a one-line error naming the choices when neither says."""
-    path = resolve_weights(weights)
-    named = read_safetensors_header(path)[1].get("model") if is_safetensors(path) else None
-    if named in variants:
-        return named
-    if default is not None:
-        return default
-    raise MlxnetError(f"{weights}: cannot tell which {family} these weights are for; pass the model "
-                      f"(one of {', '.join(variants)})")
+        weights = convert_state_dict(ckpt.tensors, spec, dtype=dtype, fold_bn=fold_bn, source=str(ckpt.path))
+    return load_into(model, weights, strict=strict, source=str(ckpt.path))

@@ -27,6 +27,8 @@ from .layout import LayoutKind
 if TYPE_CHECKING:
     import mlx.nn as nn
 
+    from .checkpoint import Checkpoint, Description
+
 # (regex on the mlxnet key, kind) or (regex, kind, groups); groups matter for grouped transposed convs.
 LayoutRule = Union[tuple[str, LayoutKind], tuple[str, LayoutKind, int]]
 LayoutFn = Callable[[str, tuple], Union[LayoutKind, tuple[LayoutKind, int], None]]
@@ -63,7 +65,11 @@ class WeightSpec:
     checkpoint_key: dotted path of the state dict inside a pickled checkpoint ("state_dict",
                "model"); None finds it (see :func:`find_state_dict`).
     fold_bn:   conv+BN pairs that ``--fold-bn`` fuses.
-    build:     ``build(fold_bn=False) -> nn.Module``: lets conversion check every key and shape.
+    build:     ``build(fold_bn=False, **config) -> nn.Module``: lets conversion check every key
+               and shape; ``config`` is what ``describe`` read from the checkpoint.
+    describe:  ``describe(checkpoint) -> Description``: the variant, build configuration and
+               class names a checkpoint holds (default: what ``mlxnet convert`` wrote in its
+               metadata). A checkpoint that fits no variant is a one-line error here.
     """
 
     id: str
@@ -76,6 +82,7 @@ class WeightSpec:
     checkpoint_key: str | None = None
     fold_bn: Sequence[FoldBN] = ()
     build: Callable[..., "nn.Module"] | None = field(default=None, compare=False)
+    describe: Callable[["Checkpoint"], "Description"] | None = field(default=None, compare=False)
 
     def map_keys(self, names: Sequence[str]) -> dict[str, str]:
         """PyTorch key -> mlxnet key for every kept key; all unmapped keys reported at once."""

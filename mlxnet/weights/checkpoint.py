@@ -1,0 +1,135 @@
+"""A weights file as read, and what it says about itself: which variant, which configuration
+(class count, ...), which class names.
+
+Three kinds of file load into an mlxnet model:
+
+- a file written by ``mlxnet convert`` (safetensors, metadata ``format: mlxnet``): mlxnet keys
+  and layouts, the variant, configuration and class names in its metadata;
+- a file written by a model's own ``save_weights`` (MLX safetensors): mlxnet keys and layouts,
+  nothing else; recognised because every tensor fits the model as it is;
+- an upstream checkpoint (a PyTorch pickle, or safetensors in PyTorch layouts): converted with
+  the family's :class:`~mlxnet.weights.spec.WeightSpec`.
+
+Families read the variant and configuration from the tensors' shapes (and from what an upstream
+pickle carries, e.g. ultralytics' ``yaml`` and ``names``) through ``WeightSpec.describe``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..errors import MlxnetError
+from .hub import resolve_weights
+from .loading import check_weights
+from .safetensors_io import is_safetensors, load_safetensors_with_metadata
+from .torch_pickle import find_state_dict, read_torch_checkpoint
+
+FORMAT = "mlxnet"  # safetensors metadata "format" of converted files (upstream files say "pt")
+
+
+@dataclass
+class Checkpoint:
+    """``tensors`` as stored (PyTorch or mlxnet keys and layouts), the safetensors ``metadata``
+    ({} for a pickle) and, for a pickle, the unpickled object (inert records) as ``raw``."""
+
+    path: Path
+    tensors: dict[str, mx.array]
+    metadata: dict[str, str] = field(default_factory=dict)
+    raw: Any = None
+
+    @property
+    def converted(self) -> bool:
+        """Written by ``mlxnet convert``: mlxnet keys and layouts, self-describing metadata."""
+        return self.metadata.get("format") == FORMAT
+
+    def meta_json(self, key: str) -> Any:
+        """A JSON value of the metadata (None if absent); a one-line error if it does not parse."""
+        text = self.metadata.get(key)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise MlxnetError(f"{self.path}: metadata {key!r} is not JSON: {text[:60]!r}") from None
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(v.shape) for k, v in self.tensors.items()}
+
+
+@dataclass
+class Description:
+    """What a checkpoint says about the model it holds. ``config``: keyword arguments of the
+    spec's ``build`` (e.g. ``nc``, ``num_classes``); ``variant``: the spec id it is for, if it
+    says; ``names``: class names, if it carries them."""
+
+    variant: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    names: tuple[str, ...] | None = None
+
+
+def open_checkpoint(source: str | os.PathLike, checkpoint_key: str | None = None) -> Checkpoint:
+    """Read a weights file (or a model id's hub file) without running any pickled code."""
+    path = resolve_weights(source)
+    if is_safetensors(path):
+        tensors, metadata = load_safetensors_with_metadata(path)
+        return Checkpoint(path, tensors, dict(metadata))
+    raw = read_torch_checkpoint(path)
+    state = find_state_dict(raw, checkpoint_key, source=str(path))
+    return Checkpoint(path, {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in state.items()}, raw=raw)
+
+
+def describe_from_metadata(ckpt: Checkpoint) -> Description:
+    """The default description: what ``mlxnet convert`` wrote into the metadata, if anything."""
+    if not ckpt.converted:
+        return Description()
+    names = ckpt.meta_json("names")
+    return Description(ckpt.metadata.get("model"), dict(ckpt.meta_json("config") or {}),
+                       tuple(str(n) for n in names) if names is not None else None)
+
+
+def names_of(value: Any, source: str) -> tuple[str, ...]:
+    """Class names from a list, or a dict of index -> name (as ultralytics and JSON label files
+    keep them); the indices must be 0..n-1."""
+    if isinstance(value, Mapping):
+        try:
+            by_index = {int(k): str(v) for k, v in value.items()}
+        except (TypeError, ValueError):
+            raise MlxnetError(f"{source}: class names are not keyed by index") from None
+        if sorted(by_index) != list(range(len(by_index))):
+            raise MlxnetError(f"{source}: class name indices are not 0..{len(by_index) - 1}")
+        return tuple(by_index[i] for i in range(len(by_index)))
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    raise MlxnetError(f"{source}: class names must be a list or an index -> name mapping, "
+                      f"got {type(value).__name__}")
+
+
+def read_labels(path: str | os.PathLike) -> tuple[str, ...]:
+    """Class names from a file: a JSON list or {index: name} object, or one name per line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MlxnetError(f"cannot read labels file {path}: {e}") from None
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            return names_of(json.loads(text), str(path))
+        except json.JSONDecodeError as e:
+            raise MlxnetError(f"{path}: not valid JSON ({e})") from None
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not names:
+        raise MlxnetError(f"{path}: no labels in the file")
+    return names
+
+
+def fits_as_is(ckpt: Checkpoint, model: nn.Module) -> bool:
+    """Every tensor has the model's key and shape, and every parameter is there: a file the
+    model's own ``save_weights`` wrote (PyTorch layouts differ in the convs' shapes)."""
+    return not check_weights(model, ckpt.tensors)
+
