@@ -6,6 +6,7 @@ checkpoints map by the identity table plus layout conversion.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -303,9 +304,15 @@ class Classifier:
             raise MlxnetError(f"{len(names)} class names for a {classes}-class model")
         self.net, self.names = net, tuple(names) if names is not None else None
 
-    def predict(self, image: str | np.ndarray, k: int = 5) -> Classification:
-        pixels = load_image(image) if not isinstance(image, np.ndarray) else image
-        return Classification(top_k(self.net(preprocess(pixels)), k, self.names)[0])
+    def predict(self, images: str | np.ndarray | Sequence[str | np.ndarray],
+                k: int = 5) -> Classification | list[Classification]:
+        """The top ``k`` labels of one image (path or uint8 HWC RGB), or a list for a list, which
+        runs as one batch."""
+        single = isinstance(images, (str, os.PathLike, np.ndarray))
+        pixels = [load_image(im) if not isinstance(im, np.ndarray) else im for im in ([images] if single else images)]
+        batch = mx.concatenate([preprocess(p) for p in pixels])
+        results = [Classification(top) for top in top_k(self.net(batch), k, self.names)]
+        return results[0] if single else results
 
 
 families.register(ResNetFamily())

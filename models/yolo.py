@@ -425,23 +425,27 @@ class YOLO:
 
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
                 imgsz: int = 640, max_det: int = 300, agnostic: bool = False) -> Detections | list[Detections]:
-        """Detections for one image (path or uint8 HWC RGB array), or a list for a list."""
+        """Detections for one image (path or uint8 HWC RGB array), or a list for a list. A list
+        runs as batches: the images whose letterboxed shapes agree go through one forward, so
+        each gets exactly the result it would get alone."""
         single = isinstance(images, (str, os.PathLike, np.ndarray))
-        results = [self._predict_one(im, conf, iou, imgsz, max_det, agnostic)
-                   for im in ([images] if single else images)]
-        return results[0] if single else results
-
-    def _predict_one(self, image: ImageLike, conf: float, iou: float, imgsz: int, max_det: int,
-                     agnostic: bool) -> Detections:
-        img = load_image(image) if not isinstance(image, np.ndarray) else image
-        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-            raise MlxnetError(f"expected a uint8 (H, W, 3) RGB image, got {img.dtype} {img.shape}")
-        boxed = letterbox(img, imgsz)
+        pixels = [load_image(im) if not isinstance(im, np.ndarray) else im for im in ([images] if single else images)]
+        for img in pixels:
+            if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+                raise MlxnetError(f"expected a uint8 (H, W, 3) RGB image, got {img.dtype} {img.shape}")
+        boxed = [letterbox(img, imgsz) for img in pixels]
+        same_shape: dict[tuple[int, ...], list[int]] = {}
+        for i, b in enumerate(boxed):
+            same_shape.setdefault(b.shape, []).append(i)
         dtype = self.net.model[0].conv.weight.dtype
-        pred = self.net(mx.array(boxed[None]).astype(dtype) / 255)
-        det = postprocess(pred[0], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic)
-        boxes = scale_boxes(boxed.shape[:2], det[:, :4], img.shape[:2])
-        return Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
+        results: list[Detections] = [None] * len(pixels)  # type: ignore[list-item]
+        for shape, members in same_shape.items():
+            pred = self.net(mx.array(np.stack([boxed[i] for i in members])).astype(dtype) / 255)
+            for row, i in enumerate(members):
+                det = postprocess(pred[row], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic)
+                boxes = scale_boxes(shape[:2], det[:, :4], pixels[i].shape[:2])
+                results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
+        return results[0] if single else results
 
 
 class YOLOFamily(families.ModelFamily):
