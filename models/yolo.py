@@ -354,7 +354,8 @@ for _s in SCALES:
     ))
 
 
-def seeded_torch_state(scale: str, seed: int, bn_gain: float = 1.0, head_gain: float = 20.0) -> dict[str, np.ndarray]:
+def seeded_torch_state(scale: str, seed: int, bn_gain: float = 1.0, head_gain: float = 20.0,
+                       nc: int = 80) -> dict[str, np.ndarray]:
     """Deterministic random weights in the official checkpoint's keys and PyTorch layouts, exactly
     as scripts/golden_yolo.py gives ultralytics: mlxnet.weights.seeded's tensors, the DFL at its
     fixed 0..15 ramp, BatchNorm scales x ``bn_gain`` and the head's two output convs x ``head_gain``.
@@ -367,7 +368,7 @@ def seeded_torch_state(scale: str, seed: int, bn_gain: float = 1.0, head_gain: f
     from mlxnet.weights.seeded import seeded_state_dict
 
     shapes = [(k, (v.shape[0], v.shape[3], v.shape[1], v.shape[2]) if v.ndim == 4 else v.shape)
-              for k, v in tree_flatten(YOLOv8(scale).parameters())]
+              for k, v in tree_flatten(YOLOv8(scale, nc).parameters())]
     state = seeded_state_dict(shapes, seed)
     state["model.22.dfl.conv.weight"] = np.arange(REG_MAX, dtype=np.float32).reshape(1, REG_MAX, 1, 1)
     for k in state:

@@ -15,6 +15,7 @@ import pytest
 import mlxnet
 from mlxnet.image import load_image
 from mlxnet.models import yolo
+from testutil import save_ultralytics_pt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
 MLXNET = [sys.executable, "-m", "mlxnet"]
@@ -24,32 +25,14 @@ def meta() -> dict:
     return json.loads((FIXTURES / "yolo_golden.json").read_text())
 
 
-def save_ultralytics_pt(path: Path, scale: str, gains: tuple[float, float]) -> Path:
-    """Like ultralytics' yolov8n.pt: {"model": <pickled module tree, fp16>, ...extras}."""
-    import torch
-
-    root = torch.nn.Module()
-    for key, value in yolo.seeded_torch_state(scale, meta()["seed"], *gains).items():
-        *parents, leaf = key.split(".")
-        module = root
-        for name in parents:
-            if name not in module._modules:
-                module.add_module(name, torch.nn.Module())
-            module = module._modules[name]
-        tensor = torch.from_numpy(value)
-        if leaf.startswith("running_"):
-            module.register_buffer(leaf, tensor)
-        else:
-            module.register_parameter(leaf, torch.nn.Parameter(tensor, requires_grad=False))
-        if leaf == "running_var":
-            module.register_buffer("num_batches_tracked", torch.tensor(0))
-    torch.save({"epoch": -1, "model": root.half(), "ema": None, "train_args": {"imgsz": 640}}, path)
-    return path
+def save_seeded_pt(path: Path, scale: str, gains: tuple[float, float]) -> Path:
+    """Like ultralytics' yolov8n.pt (the seeded weights of the goldens, float16)."""
+    return save_ultralytics_pt(path, yolo.seeded_torch_state(scale, meta()["seed"], *gains))
 
 
 @pytest.fixture(scope="module")
 def weights_pt(tmp_path_factory) -> Path:
-    return save_ultralytics_pt(tmp_path_factory.mktemp("w") / "yolov8n.pt", "n", tuple(meta()["image_gains"]))
+    return save_seeded_pt(tmp_path_factory.mktemp("w") / "yolov8n.pt", "n", tuple(meta()["image_gains"]))
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -118,7 +101,7 @@ def test_detect_bad_input_is_one_line_error(case, weights_pt, tmp_path):
         image, outdir = str(tmp_path / "bus.jpg"), tmp_path
         expect = "output would overwrite the input"
     elif case == "other_model":
-        weights = str(save_ultralytics_pt(tmp_path / "yolov8s.pt", "s", (1.0, 20.0)))
+        weights = str(save_seeded_pt(tmp_path / "yolov8s.pt", "s", (1.0, 20.0)))
         expect = "yolov8s.pt holds a yolov8s model, not yolov8n"
     else:
         extra = ["--imgsz", "100"]

@@ -38,3 +38,51 @@ def make_hub_cache(root: Path, repo: str, filename: str, data: bytes) -> Path:
     snap.parent.mkdir(parents=True)
     snap.symlink_to(os.path.relpath(blob, snap.parent))
     return snap
+
+
+def save_ultralytics_pt(path: Path, state: dict[str, np.ndarray], *, yaml: dict | None = None,
+                        names: dict[int, str] | None = None, extras: dict | None = None) -> Path:
+    """A checkpoint laid out as ``yolo train`` leaves one: {"model": <the DetectionModel object,
+    float16>, "ema": None, ...}, the model a pickled module tree whose class is
+    ``ultralytics.nn.tasks.DetectionModel`` and which carries ``yaml`` and ``names``."""
+    import sys
+    import types
+
+    import torch
+
+    class DetectionModel(torch.nn.Module):
+        pass
+
+    DetectionModel.__module__, DetectionModel.__qualname__ = "ultralytics.nn.tasks", "DetectionModel"
+    root = DetectionModel()
+    for key, value in state.items():
+        *parents, leaf = key.split(".")
+        module = root
+        for name in parents:
+            if name not in module._modules:
+                module.add_module(name, torch.nn.Module())
+            module = module._modules[name]
+        tensor = torch.from_numpy(value)
+        if leaf.startswith("running_"):
+            module.register_buffer(leaf, tensor)
+        else:
+            module.register_parameter(leaf, torch.nn.Parameter(tensor, requires_grad=False))
+        if leaf == "running_var":
+            module.register_buffer("num_batches_tracked", torch.tensor(0))
+    if yaml is not None:
+        root.yaml = yaml
+    if names is not None:
+        root.names = names
+    # pickle finds a class through its module: stand-ins while saving, removed after
+    fakes = {name: types.ModuleType(name) for name in ("ultralytics", "ultralytics.nn", "ultralytics.nn.tasks")
+             if name not in sys.modules}
+    if "ultralytics.nn.tasks" in fakes:
+        fakes["ultralytics.nn.tasks"].DetectionModel = DetectionModel
+    sys.modules.update(fakes)
+    try:
+        torch.save({"epoch": -1, "best_fitness": None, "model": root.half(), "ema": None, "updates": None,
+                    "optimizer": None, "train_args": {"imgsz": 640}, **(extras or {})}, path)
+    finally:
+        for name in fakes:
+            del sys.modules[name]
+    return path
