@@ -124,14 +124,14 @@ def test_classify_cli_loads_hub_weights_offline(tmp_path):
     from safetensors.numpy import save_file
 
     from mlxnet.image import save_image
-    from testutil import make_hub_cache
+    from hubcache import prepare_hub_cache
 
     model = resnet.resnet("resnet18")
     weights = seeded_state_dict(torch_shapes(model), SEED)
     weights["bn1.num_batches_tracked"] = np.array(0, np.int64)  # as in real checkpoints; dropped by rule
     save_file(weights, str(tmp_path / "model.safetensors"))
     cache = tmp_path / "hf" / "hub"
-    make_hub_cache(cache, "timm/resnet18.tv_in1k", "model.safetensors", (tmp_path / "model.safetensors").read_bytes())
+    prepare_hub_cache(cache, "timm/resnet18.tv_in1k", "model.safetensors", tmp_path / "model.safetensors")
     img = save_image(np.random.default_rng(0).integers(0, 255, (240, 320, 3), dtype=np.uint8), tmp_path / "x.png")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "MLXNET_"))}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")

@@ -16,7 +16,7 @@ import torch
 from fixtures.weights_models import SPEC, TinyNet
 from fixtures.weights_torch_models import trained_tiny_net
 from mlxnet import MlxnetError
-from testutil import make_hub_cache
+from hubcache import prepare_hub_cache
 from mlxnet.cli import run as cli_run
 from mlxnet.weights import (FORMAT, WeightSpec, convert_state_dict, from_torch_layout, get_spec,
                             load_into, load_pretrained, load_safetensors,
@@ -162,7 +162,7 @@ def test_hub_ids_resolve_from_the_cache_offline(tmp_path):
     pt = tmp_path / "src.pt"
     torch.save(net.state_dict(), pt)
     cache = tmp_path / "hf" / "hub"
-    snap = make_hub_cache(cache, "mlxnet-test/tinynet", "tinynet.pt", pt.read_bytes())
+    snap = prepare_hub_cache(cache, "mlxnet-test/tinynet", "tinynet.pt", pt)
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     code = (
         "import sys, fixtures.weights_models\n"

@@ -1,8 +1,6 @@
 """Small helpers shared by tests."""
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import mlx.core as mx
@@ -22,22 +20,6 @@ def assert_close(actual: mx.array, expected, dtype=mx.float32, scale: float = 1.
     assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
     tol = TOLERANCE[dtype] * scale
     np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, float(np.abs(e).max(initial=0))))
-
-
-def make_hub_cache(root: Path, repo: str, filename: str, data: bytes) -> Path:
-    """huggingface_hub's cache layout: models--ORG--NAME/{refs/main, blobs/<sha256>,
-    snapshots/<commit>/<file> -> ../../blobs/<sha256>}."""
-    base = root / ("models--" + repo.replace("/", "--"))
-    commit = hashlib.sha1(data).hexdigest()
-    blob = base / "blobs" / hashlib.sha256(data).hexdigest()
-    blob.parent.mkdir(parents=True)
-    blob.write_bytes(data)
-    (base / "refs").mkdir()
-    (base / "refs" / "main").write_text(commit)
-    snap = base / "snapshots" / commit / filename
-    snap.parent.mkdir(parents=True)
-    snap.symlink_to(os.path.relpath(blob, snap.parent))
-    return snap
 
 
 def save_ultralytics_pt(path: Path, state: dict[str, np.ndarray], *, yaml: dict | None = None,
