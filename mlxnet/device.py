@@ -5,15 +5,21 @@ enclosing ``mx.stream``). mlxnet therefore never takes a device argument. The de
 chosen once at import (Apple GPU, else CUDA GPU, else CPU; ``MLXNET_DEVICE`` overrides),
 and :func:`backend` reads the device in force *at call time*, so a user who switches MLX's
 default device, or wraps code in ``with mx.stream(mx.cpu)``, still gets the right code path.
+
+A ``MLXNET_DEVICE`` that cannot be honoured (an unknown name, or ``gpu`` where MLX has none)
+does not fail the import: the CPU stays the default and the problem is raised, as one-line
+MlxnetError, by the first :func:`backend`, :func:`current_device` or :func:`kernels_enabled`
+call (every op makes one), unless :func:`use_device` has chosen a device explicitly first
+(see :mod:`mlxnet.env`).
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from typing import Iterator, Literal
 
 import mlx.core as mx
 
+from . import env
 from .errors import MlxnetError
 
 DeviceName = Literal["cpu", "gpu"]
@@ -36,27 +42,28 @@ def available_devices() -> list[str]:
 
 
 def _to_mx(name: str) -> mx.Device:
-    name = name.strip().lower()
-    if name == "cpu":
+    """The MLX device for "cpu" or "gpu", else a one-line MlxnetError saying what exists."""
+    wanted = name.strip().lower()
+    if wanted == "cpu":
         return mx.cpu
-    if name == "gpu":
+    if wanted == "gpu":
         if gpu_backend() is None:
-            raise MlxnetError(
-                "device 'gpu' requested but MLX sees no Metal or CUDA GPU here; "
-                f"available: {', '.join(available_devices())}"
-            )
+            raise MlxnetError("device 'gpu' requested but MLX sees no Metal or CUDA GPU here; "
+                              f"available: {', '.join(available_devices())}")
         return mx.gpu
-    raise MlxnetError(f"unknown device {name!r}: expected 'cpu' or 'gpu'")
+    raise MlxnetError(f"unknown device {name.strip()!r}: expected {env.expected(['cpu', 'gpu'])}")
 
 
 def backend() -> Backend:
     """'metal', 'cuda' or 'cpu' for the device in force right now (never cached)."""
+    env.raise_deferred()
     if mx.default_device().type == mx.DeviceType.gpu:
         return gpu_backend() or "cpu"
     return "cpu"
 
 
 def current_device() -> DeviceName:
+    env.raise_deferred()
     return "gpu" if mx.default_device().type == mx.DeviceType.gpu else "cpu"
 
 
@@ -68,31 +75,47 @@ class use_device:
     """
 
     def __init__(self, name: DeviceName) -> None:
+        device = _to_mx(name)
         self._previous = mx.default_device()
-        mx.set_default_device(_to_mx(name))
+        # An explicit choice replaces the MLXNET_DEVICE default, and so that default's problem.
+        self._previous_problem = env.deferred("MLXNET_DEVICE")
+        mx.set_default_device(device)
+        env.defer("MLXNET_DEVICE", None)
 
     def __enter__(self) -> "use_device":
         return self
 
     def __exit__(self, *exc: object) -> None:
         mx.set_default_device(self._previous)
+        env.defer("MLXNET_DEVICE", self._previous_problem)
 
 
 def _choose_at_import() -> None:
-    wanted = os.environ.get("MLXNET_DEVICE", "").strip()
-    if wanted:
-        mx.set_default_device(_to_mx(wanted))
-    else:
-        mx.set_default_device(mx.gpu if gpu_backend() else mx.cpu)
+    """Set the default device from MLXNET_DEVICE, else the best there is. Never raises: a
+    setting that cannot be honoured leaves the CPU and is deferred to the first use."""
+    try:
+        wanted = env.switch("MLXNET_DEVICE")
+        if wanted == "auto":
+            device = mx.gpu if gpu_backend() else mx.cpu
+        else:
+            try:
+                device = _to_mx(wanted)
+            except MlxnetError as e:
+                raise MlxnetError(f"MLXNET_DEVICE={wanted}: {e}") from None
+    except MlxnetError as e:
+        env.defer("MLXNET_DEVICE", str(e))
+        device = mx.cpu
+    mx.set_default_device(device)
 
 
 def kernels_enabled() -> bool:
     """Whether ops run their fast faces (CPU fast paths, GPU kernels): yes unless
-    ``MLXNET_KERNELS=0`` (read at every call) or a :func:`use_kernels` block says otherwise;
-    when off, every op runs its definition."""
+    ``MLXNET_KERNELS`` is off (0/off/false/no, read at every call) or a :func:`use_kernels`
+    block says otherwise; when off, every op runs its definition."""
+    env.raise_deferred()
     if _kernels_override:
         return _kernels_override[-1]
-    return os.environ.get("MLXNET_KERNELS", "1").strip().lower() not in ("0", "false", "off", "no")
+    return env.switch("MLXNET_KERNELS") == "on"
 
 
 _kernels_override: list[bool] = []

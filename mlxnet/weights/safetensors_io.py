@@ -9,7 +9,6 @@ import json
 import math
 import os
 import struct
-import secrets
 from pathlib import Path
 from typing import Mapping, Union
 
@@ -18,13 +17,13 @@ import numpy as np
 
 from ..dtypes import DTypeLike, as_dtype  # noqa: F401  (re-exported: weights' callers use it)
 from ..errors import MlxnetError
+from ..image import atomic_write
 
 PathLike = Union[str, os.PathLike]
 
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4,
              "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _MAX_HEADER = 100 * 2**20  # the format's own limit (100 MB)
-
 
 
 def cast_floating(weights: Mapping[str, mx.array], dtype: DTypeLike) -> dict[str, mx.array]:
@@ -35,8 +34,40 @@ def cast_floating(weights: Mapping[str, mx.array], dtype: DTypeLike) -> dict[str
     return {k: v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v for k, v in weights.items()}
 
 
+def _shown(value: object, limit: int = 60) -> str:
+    """A header value as it may appear in a one-line message: repr, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object that refuses a repeated key (json keeps the last one silently, which would
+    hide a tensor)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def read_safetensors_header(path: PathLike) -> tuple[dict, dict[str, str]]:
-    """(tensor entries, metadata) of a safetensors file, after checking it is whole."""
+    """(tensor entries, metadata) of a safetensors file, after checking it is whole and sound.
+
+    Checks what the format requires: a header length within the file (and the format's 100 MB
+    limit) before anything is read, a JSON object whose entries each have a known dtype, a
+    shape of non-negative integers and integer ``data_offsets`` [begin, end] with
+    end - begin = elements × dtype size; tensors in the data section without overlaps or gaps,
+    covering it exactly; string-to-string metadata. Every failure is a one-line MlxnetError
+    naming the file; nothing larger than the file's own header is allocated."""
     path = Path(path)
     if not path.is_file():
         raise MlxnetError(f"weights file not found: {path}")
@@ -46,37 +77,83 @@ def read_safetensors_header(path: PathLike) -> tuple[dict, dict[str, str]]:
         if len(head) < 8:
             raise MlxnetError(f"{path}: truncated or not a safetensors file ({size} bytes)")
         (n,) = struct.unpack("<Q", head)
-        if n > _MAX_HEADER or 8 + n > size:
-            raise MlxnetError(f"{path}: corrupt or truncated safetensors file "
-                              f"(header claims {n} bytes, file has {size})")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise MlxnetError(f"{path}: corrupt safetensors header ({e})") from None
+        if n > _MAX_HEADER:
+            raise MlxnetError(f"{path}: corrupt safetensors file: header length {n} is over the "
+                              f"format's {_MAX_HEADER}-byte limit (the file has {size} bytes)")
+        if 8 + n > size:
+            raise MlxnetError(f"{path}: truncated or corrupt safetensors file: header claims {n} "
+                              f"bytes, the file has {size}")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise MlxnetError(f"{path}: corrupt safetensors header: key {_shown(e.args[0])} appears twice") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise MlxnetError(f"{path}: corrupt safetensors header: not JSON ({reason})") from None
     if not isinstance(header, dict):
-        raise MlxnetError(f"{path}: corrupt safetensors header (not a JSON object)")
-    metadata = header.pop("__metadata__", None) or {}
+        raise MlxnetError(f"{path}: corrupt safetensors header: a JSON {type(header).__name__}, "
+                          "not an object")
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise MlxnetError(f"{path}: corrupt safetensors header: __metadata__ is not an object")
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise MlxnetError(f"{path}: corrupt safetensors header: metadata {key!r} is "
+                              f"{_shown(value)}, not a string")
     data_size = size - 8 - n
+    spans = []
     for name, entry in header.items():
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            want = math.prod(shape) * _ITEMSIZE[dtype]
-        except (KeyError, TypeError, ValueError):
-            raise MlxnetError(f"{path}: corrupt safetensors entry for {name}: {entry!r}") from None
-        if end - begin != want or begin < 0:
-            raise MlxnetError(f"{path}: corrupt safetensors entry for {name}: {dtype} {shape} needs "
-                              f"{want} bytes, offsets give {end - begin}")
+        where = f"{path}: corrupt safetensors entry {_shown(name)}"
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+            raise MlxnetError(f"{where}: expected dtype, shape and data_offsets, got {_shown(entry)}")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
+            raise MlxnetError(f"{where}: unknown dtype {_shown(dtype)} "
+                              f"(known: {', '.join(_ITEMSIZE)})")
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+            raise MlxnetError(f"{where}: shape {_shown(shape)} is not a list of non-negative integers")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+            raise MlxnetError(f"{where}: data_offsets {_shown(offsets)} are not two non-negative integers")
+        begin, end = offsets
+        if end < begin:
+            raise MlxnetError(f"{where}: data_offsets [{begin}, {end}] end before they begin")
         if end > data_size:
-            raise MlxnetError(f"{path}: truncated safetensors file: tensor {name} ends at byte {end} "
-                              f"of a {data_size}-byte data section")
+            raise MlxnetError(f"{path}: truncated safetensors file: tensor {_shown(name)} ends at byte "
+                              f"{end} of a {data_size}-byte data section")
+        want = math.prod(shape) * _ITEMSIZE[dtype]
+        if end - begin != want:
+            raise MlxnetError(f"{where}: {dtype} {shape} needs {want} bytes, data_offsets "
+                              f"[{begin}, {end}] give {end - begin}")
+        spans.append((begin, end, name))
+    # The tensors must tile the data section (the format's rule): sorted by offset, each starts
+    # where the previous ended. Only counts were compared so far, nothing was read or allocated.
+    position, previous = 0, None
+    for begin, end, name in sorted(spans, key=lambda s: (s[0], s[1])):
+        if begin < position:
+            raise MlxnetError(f"{path}: corrupt safetensors header: tensor {_shown(name)} "
+                              f"[{begin}, {end}] overlaps {_shown(previous)}, which ends at {position}")
+        if begin > position:
+            raise MlxnetError(f"{path}: corrupt safetensors header: bytes {position} to {begin} of the "
+                              "data section belong to no tensor")
+        position, previous = end, name
+    if position != data_size:
+        raise MlxnetError(f"{path}: corrupt safetensors file: {data_size - position} bytes after the "
+                          f"last tensor (data section of {data_size} bytes ends at {position})")
     return header, metadata
 
 
 def is_safetensors(path: PathLike) -> bool:
-    """Sniff the content (not the name): an 8-byte header length followed by a JSON object."""
+    """Sniff the content (not the name): an 8-byte header length, then the JSON object's "{".
+
+    The length is not judged here, so a safetensors file with an absurd one is still taken
+    for safetensors and :func:`read_safetensors_header` says what is wrong with it (a PyTorch
+    checkpoint starts with a zip or pickle signature, never with "{" at byte 8)."""
     with open(path, "rb") as f:
         head = f.read(9)
-    return len(head) == 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < _MAX_HEADER
+    return len(head) == 9 and head[8:9] == b"{"
 
 
 def load_safetensors(path: PathLike, *, dtype: DTypeLike = None) -> dict[str, mx.array]:
@@ -96,17 +173,11 @@ def load_safetensors_with_metadata(path: PathLike, *, dtype: DTypeLike = None
 
 def save_safetensors(path: PathLike, weights: Mapping[str, "mx.array | np.ndarray"], *,
                      metadata: Mapping[str, str] | None = None, dtype: DTypeLike = None) -> Path:
-    """Write atomically: a temporary file in the same folder, then ``os.replace``, so a crash
-    never leaves a half-written file under the final name."""
+    """Write atomically (:func:`mlxnet.image.atomic_write`): a temporary sibling, then
+    ``os.replace``, so a crash never leaves a half-written file under the final name. The file
+    gets the usual permissions (0666 minus the umask); a failure names ``path``."""
     path = Path(path)
     arrays = cast_floating({k: v if isinstance(v, mx.array) else mx.array(v) for k, v in weights.items()}, dtype)
     mx.eval(list(arrays.values()))
-    # A fresh name (not mkstemp) so the file gets the usual umask permissions, not 0600.
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp.safetensors"
-    try:
-        mx.save_safetensors(str(tmp), arrays, metadata=dict(metadata or {}))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda tmp: mx.save_safetensors(str(tmp), arrays, metadata=dict(metadata or {})),
+                        suffix=".safetensors")  # MLX would append it to the temporary name

@@ -1,0 +1,107 @@
+"""The one place mlxnet reads its ``MLXNET_*`` environment switches.
+
+Every switch has a fixed set of accepted spellings (case and surrounding blanks ignored); an
+unset or empty variable means its default. Anything else is a :class:`MlxnetError` whose one
+line names the variable, the value and every accepted spelling, e.g.
+``MLXNET_BLAS: unknown BLAS choice 'fast': expected 'openblas', '1', 'on', 'reference', '0' or 'off'``.
+
+Switches read while ``import mlxnet`` runs (``MLXNET_DEVICE``, ``MLXNET_BLAS``) never make the
+import fail: a traceback from inside an import is what a user cannot act on, and the ``mlxnet``
+command could not turn it into its one-line error (its own module is only reached after the
+package imports). Their problems are kept (:func:`defer`) and raised, as MlxnetError, by the
+first call that depends on the settings (``mlxnet.backend()``, ``current_device()``,
+``kernels_enabled()``: every op asks one of them). An explicit ``mlxnet.use_device(...)``
+replaces the ``MLXNET_DEVICE`` default, and with it that default's problem. The command checks
+every switch before any work (:func:`check_all`, then :func:`raise_deferred`). Switches read
+later (``MLXNET_KERNELS`` at every op, ``MLXNET_NATIVE`` at the first CPU op) raise where they
+are read.
+
+This module only reads ``os.environ``; nothing in mlxnet writes it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from .errors import MlxnetError
+
+# The one on/off vocabulary of the boolean switches.
+ON = ("1", "on", "true", "yes")
+OFF = ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One environment switch: what it chooses, its accepted spellings -> meaning, its default."""
+    what: str
+    accepted: Mapping[str, str]
+    default: str
+
+
+def _spellings(**meanings: tuple[str, ...]) -> dict[str, str]:
+    return {spelling: meaning for meaning, spellings in meanings.items() for spelling in spellings}
+
+
+SWITCHES: dict[str, Switch] = {
+    # "auto": the best device MLX has (Metal or CUDA GPU, else the CPU).
+    "MLXNET_DEVICE": Switch("device", _spellings(cpu=("cpu",), gpu=("gpu",)), "auto"),
+    # reference/off/0 were the opt-out spellings before this table; 1/on name the default.
+    "MLXNET_BLAS": Switch("BLAS choice", _spellings(openblas=("openblas",) + ON[:2],
+                                                    reference=("reference",) + OFF[:2]), "openblas"),
+    "MLXNET_KERNELS": Switch("kernels setting", _spellings(on=ON, off=OFF), "on"),
+    "MLXNET_NATIVE": Switch("CPU primitives setting", _spellings(on=ON, off=OFF), "on"),
+    "MLXNET_MALLOC": Switch("allocator setting", _spellings(tuned=("tuned",), system=("system",)), "tuned"),
+}
+
+
+def expected(choices: list[str]) -> str:
+    """``'a' or 'b'`` / ``'a', 'b' or 'c'``: the tail of every "unknown X" message."""
+    quoted = [repr(c) for c in choices]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def switch(variable: str) -> str:
+    """The meaning of ``variable``'s current value (read now, never cached), else MlxnetError."""
+    spec = SWITCHES[variable]
+    raw = os.environ.get(variable, "")
+    value = raw.strip().lower()
+    if not value:
+        return spec.default
+    try:
+        return spec.accepted[value]
+    except KeyError:
+        # repr keeps a value with a newline or control characters on the one line.
+        raise MlxnetError(f"{variable}: unknown {spec.what} {raw.strip()!r}: "
+                          f"expected {expected(list(spec.accepted))}") from None
+
+
+def check_all() -> None:
+    """Validate every MLXNET_* switch now (the command does, before any work)."""
+    for variable in SWITCHES:
+        switch(variable)
+
+
+# Problems found while mlxnet was imported: variable -> message (strings, not exception
+# objects, so each raise starts a fresh, short traceback).
+_deferred: dict[str, str] = {}
+
+
+def defer(variable: str, message: str | None) -> None:
+    """Keep a problem with ``variable`` found during import for the first use to raise
+    (``None``: the variable no longer matters, e.g. an explicit device replaced its default)."""
+    if message is None:
+        _deferred.pop(variable, None)
+    else:
+        _deferred[variable] = message
+
+
+def deferred(variable: str) -> str | None:
+    """The problem kept for ``variable``, if any."""
+    return _deferred.get(variable)
+
+
+def raise_deferred() -> None:
+    """Raise the first problem deferred at import, if any (cheap when there is none)."""
+    if _deferred:
+        raise MlxnetError(next(iter(_deferred.values())))
