@@ -4,6 +4,7 @@ exact (float32) conversion. Goldens from scripts/golden_custom.py (ultralytics 8
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 import torch
+from mlx.utils import tree_flatten
 from safetensors.numpy import load_file
 
 import mlxnet
@@ -128,7 +130,7 @@ def test_fine_tuned_torchvision_resnet_with_labels(tmp_path):
     g = golden()
     model = resnet.resnet("resnet18", meta()["resnet_classes"])
     shapes = [(k, (v.shape[0], v.shape[3], v.shape[1], v.shape[2]) if v.ndim == 4 else v.shape)
-              for k, v in __import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(model.parameters())]
+              for k, v in tree_flatten(model.parameters())]
     state = {k: torch.from_numpy(v) for k, v in seeded_state_dict(shapes, meta()["seed"]).items()}
     torch.save(state, tmp_path / "finetuned.pth")  # torch.save(model.state_dict()) of torchvision's resnet18(num_classes=10)
     net = resnet.from_pretrained(str(tmp_path / "finetuned.pth"))
@@ -149,3 +151,19 @@ def test_fine_tuned_torchvision_resnet_with_labels(tmp_path):
     assert again.names == read_labels(labels)
     with pytest.raises(mlxnet.MlxnetError, match="2 class names for a 10-class model"):
         resnet.ResNetFamily().predictor(str(out), None, names=["a", "b"])
+
+
+def test_convert_cli_writes_float32_with_the_names(custom_pt, tmp_path):
+    (tmp_path / "names.txt").write_text("tabby\nterrier\n")
+    out = subprocess.run(MLXNET + ["convert", str(custom_pt), str(tmp_path / "c.safetensors"), "--model", "yolov8s",
+                                   "--fold-bn", "--labels", str(tmp_path / "names.txt")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    header, info = read_safetensors_header(tmp_path / "c.safetensors")
+    assert {e["dtype"] for e in header.values()} == {"F32"} and json.loads(info["names"]) == ["tabby", "terrier"]
+    assert yolo.YOLO.from_pretrained(tmp_path / "c.safetensors").names == ("tabby", "terrier")
+    wrong = subprocess.run(MLXNET + ["convert", str(custom_pt), str(tmp_path / "d.safetensors"), "--model", "yolov8n"],
+                           capture_output=True, text=True)
+    assert wrong.returncode == 1 and wrong.stderr.strip().splitlines() == [
+        f"error: {custom_pt} holds a yolov8s model, not yolov8n"]
+    helptext = subprocess.run(MLXNET + ["convert", "--help"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "float32 (default, whatever the checkpoint stores)" in helptext
