@@ -18,6 +18,7 @@ from typing import Callable
 
 import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core on Linux)
 from mlxnet import families
+from mlxnet.env import switch
 import mlx.core as mx
 import numpy as np
 
@@ -322,7 +323,7 @@ def entries() -> dict[str, Callable[[str], Bench]]:
 
 
 def main() -> None:
-    if os.environ.get("MLXNET_MALLOC", "").strip().lower() != "system":
+    if switch("MLXNET_MALLOC") == "tuned":
         mlxnet.tune_cpu()  # as the mlxnet command does for its own process
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")

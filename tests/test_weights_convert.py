@@ -222,7 +222,7 @@ def test_cli_convert_writes_and_never_touches_src(tmp_path, monkeypatch, capsys)
     # an existing DST is kept unless --force
     before = dst.read_bytes()
     code, _, err = cli(monkeypatch, capsys, "convert", str(src), str(dst), "--model", "tinynet")
-    assert code == 1 and err.strip() == f"error: {dst} already exists; pass --force to overwrite it"
+    assert code == 1 and err.strip() == f"error: {dst}: exists; pass --force to overwrite"
     assert dst.read_bytes() == before
     code, _, err = cli(monkeypatch, capsys, "convert", str(src), str(dst), "--model", "tinynet", "--force", "--fold-bn")
     assert code == 0, err
@@ -252,7 +252,7 @@ def test_cli_convert_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert not Path(dst).exists() and sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.pt", "good.safetensors"]
     # the same file as SRC and DST is refused even with --force
     code, _, err = cli(monkeypatch, capsys, "convert", str(good), str(good), "--model", "tinynet", "--force")
-    assert code == 1 and "is the source checkpoint" in err
+    assert code == 1 and "output would overwrite the input" in err
 
 
 def test_cli_convert_as_a_subprocess():

@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..errors import MlxnetError
+from ..image import check_output_path
 from .checkpoint import FORMAT, Checkpoint, Description, describe_from_metadata, fits_as_is, open_checkpoint
 from .fold import fold_conv_bn
 from .hub import resolve_weights
@@ -131,12 +132,8 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: Wei
     spec, dtype = get_spec(spec), as_dtype(dtype)
     if fold_bn and not spec.fold_bn:  # fail before reading a large checkpoint
         fold_batchnorm({}, spec)
-    dst = Path(dst)
-    if dst.exists() and not force:
-        raise MlxnetError(f"{dst} already exists; pass --force to overwrite it")
     src_path = resolve_weights(src)
-    if dst.exists() and dst.resolve() == src_path.resolve():
-        raise MlxnetError(f"{dst} is the source checkpoint; write the conversion to another file")
+    dst = check_output_path(dst, [src_path], force=force, kind="file")  # before reading a large checkpoint
     ckpt = open_checkpoint(src_path, spec.checkpoint_key)
     found = describe(ckpt, spec)
     if ckpt.converted and ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
