@@ -167,3 +167,18 @@ def test_convert_cli_writes_float32_with_the_names(custom_pt, tmp_path):
         f"error: {custom_pt} holds a yolov8s model, not yolov8n"]
     helptext = subprocess.run(MLXNET + ["convert", "--help"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}).stdout
     assert "float32 (default, whatever the checkpoint stores)" in helptext
+
+
+def test_integer_or_nonfinite_weights_are_refused(tmp_path):
+    net = resnet.resnet("resnet18", 4)
+    state = {k: np.array(v) for k, v in tree_flatten(net.parameters())}
+    bad = dict(state, **{"fc.bias": state["fc.bias"].astype(np.int32)})
+    mx.save_safetensors(str(tmp_path / "int.safetensors"), {k: mx.array(v) for k, v in bad.items()})
+    with pytest.raises(mlxnet.MlxnetError, match=r"fc.bias: int32 values for a floating-point parameter"):
+        resnet.from_pretrained(str(tmp_path / "int.safetensors"))
+    nan = dict(state)
+    nan["layer1.0.bn1.running_var"] = nan["layer1.0.bn1.running_var"].copy()
+    nan["layer1.0.bn1.running_var"][:3] = [np.nan, np.inf, -np.inf]
+    mx.save_safetensors(str(tmp_path / "nan.safetensors"), {k: mx.array(v) for k, v in nan.items()})
+    with pytest.raises(mlxnet.MlxnetError, match=r"layer1.0.bn1.running_var: 3 of 64 values are NaN or infinite"):
+        resnet.from_pretrained(str(tmp_path / "nan.safetensors"))

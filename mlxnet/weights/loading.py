@@ -26,6 +26,22 @@ def check_weights(model: nn.Module, weights: Mapping[str, mx.array], *, strict: 
     return problems
 
 
+def _bad_values(model: nn.Module, weights: Mapping[str, mx.array]) -> list[str]:
+    """A float parameter given integer values, or NaN/Inf: silent wrong answers otherwise (an
+    integer tensor would be cast and run; one NaN spreads through every output)."""
+    expected = dict(tree_flatten(model.parameters()))
+    problems = []
+    for key, value in weights.items():
+        if key not in expected or not mx.issubdtype(expected[key].dtype, mx.floating):
+            continue
+        if not mx.issubdtype(value.dtype, mx.floating):
+            problems.append(f"{key}: {str(value.dtype).rsplit('.', 1)[-1]} values for a floating-point parameter")
+        elif value.size and not mx.isfinite(value).all().item():
+            bad = int((~mx.isfinite(value)).sum().item())
+            problems.append(f"{key}: {bad} of {value.size} values are NaN or infinite")
+    return problems
+
+
 def load_into(model: nn.Module, weights: Mapping[str, mx.array], strict: bool = True, *,
               source: str | None = None) -> nn.Module:
     """Check ``weights`` against ``model.parameters()`` and load them (dtypes as given).
@@ -33,7 +49,7 @@ def load_into(model: nn.Module, weights: Mapping[str, mx.array], strict: bool = 
     ``strict=False`` skips missing and unexpected keys (the model keeps its values for the
     former) but still refuses shape mismatches. ``source`` (a file name) goes into the message.
     """
-    problems = check_weights(model, weights, strict=strict)
+    problems = check_weights(model, weights, strict=strict) + _bad_values(model, weights)
     if problems:
         where = f" ({source})" if source else ""
         raise MlxnetError(f"weights{where} do not fit {type(model).__name__}: {len(problems)} problem(s):\n"
