@@ -327,7 +327,7 @@ def test_cli_errors_are_one_line(cli_files, tmp_path):
     out = run_cli("inpaint", *base)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        f"error: mask {d / 'mask_2x.png'} is 96×80 but image {d / 'image.png'} is 48×40; "
+        f"error: {d / 'image.png'}: mask {d / 'mask_2x.png'} is 96×80 but the image is 48×40; "
         "pass --resize-mask to resize it"]
     (tmp_path / "bad.png").write_bytes(b"not an image")
     out = run_cli("inpaint", str(tmp_path / "bad.png"), *base[1:])

@@ -140,7 +140,8 @@ def test_classify_cli_loads_hub_weights_offline(tmp_path):
     assert out.returncode == 0, out.stderr
     import json
 
-    (result,) = json.loads(out.stdout)
+    (result,) = [json.loads(line) for line in out.stdout.splitlines()]  # JSON Lines: one object per image
+    assert result["image"] == str(img)
     probs = [t["probability"] for t in result["top"]]
     assert len(probs) == 3 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
     assert all(t["label"] in resnet.imagenet_classes() for t in result["top"])

@@ -63,7 +63,7 @@ def test_segment_point_writes_overlay_mask_and_json(tmp_path, weights):
 @pytest.mark.parametrize("args,message", [
     (["missing.png", "--point", "1,1"], "missing.png: no such image file"),
     ([IMG, "--point", "64;48"], "--point: expected X,Y (2 comma-separated numbers), got '64;48'"),
-    ([IMG, "--point", "500,20"], "--point 500,20 lies outside the 128x96 image"),
+    ([IMG, "--point", "500,20"], f"{IMG}: --point 500,20 lies outside the 128x96 image"),  # per image
 ])
 def test_segment_bad_input_is_one_line(tmp_path, args, message):
     r = cli("segment", *args, "-o", tmp_path / "o.png")

@@ -67,10 +67,11 @@ def test_detect_writes_labelled_copies_and_json(weights_pt, tmp_path):
     out = run("detect", *map(str, images), "-m", "yolov8n", "-w", str(weights_pt), "-o", str(tmp_path / "out"),
               "--conf", str(m["conf"]), "--imgsz", str(m["imgsz"]), "--json")
     assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]  # JSON Lines: one object per image
+    assert [row["image"] for row in rows] == list(map(str, images))
     assert [digest(im) for im in images] == before  # inputs untouched
     api = yolo.YOLO.from_pretrained(str(weights_pt), model="yolov8n")
-    for row, im in zip(report["images"], images):
+    for row, im in zip(rows, images):
         drawn, original = load_image(row["output"]), load_image(im)
         assert drawn.shape == original.shape and (drawn != original).mean() > 0.01
         expected = api.predict(str(im), conf=m["conf"], imgsz=m["imgsz"])
@@ -127,7 +128,7 @@ def test_gpu_detect_matches_cpu(gpu, weights_pt, tmp_path):
     on_gpu = run("--device", "gpu", "detect", *args, "-o", str(tmp_path / "gpu"))
     on_cpu = run("--device", "cpu", "detect", *args, "-o", str(tmp_path / "cpu"))
     assert on_gpu.returncode == 0 and on_cpu.returncode == 0, on_gpu.stderr + on_cpu.stderr
-    rows = [json.loads(o.stdout)["images"][0]["detections"] for o in (on_gpu, on_cpu)]
+    rows = [json.loads(o.stdout)["detections"] for o in (on_gpu, on_cpu)]  # one image: one JSON line
     gpu_det, cpu_det = ([d["box"] + [d["score"], d["class"]] for d in r] for r in rows)
     from test_yolo import match
 

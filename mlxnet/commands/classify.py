@@ -1,30 +1,39 @@
-"""`mlxnet classify`: ImageNet labels for images with a ResNet."""
+"""`mlxnet classify`: the most probable labels of images with a ResNet."""
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from mlxnet.errors import MlxnetError
+from mlxnet.commands.images import Job, expand_inputs, load_model, run_jobs
 
 
 def classify(
-    images: List[str] = typer.Argument(..., help="Image files (any format Pillow reads)."),
+    images: List[str] = typer.Argument(..., help="Image files, folders (searched recursively) or quoted glob "
+                                                 "patterns ('photos/**/*.jpg')."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
                                         help="resnet18|34|50|101|152 (default: what --weights holds, else resnet50)."),
     weights: Optional[str] = typer.Option(None, "--weights", "-w",
                                           help="Weights id or file (default: the model's hub weights)."),
+    labels: Optional[Path] = typer.Option(None, "--labels",
+                                          help="Class names: one per line, or a JSON list or {index: name} "
+                                               "(default: the checkpoint's, else ImageNet's)."),
     top: int = typer.Option(5, "--top", "-k", min=1, help="How many labels per image."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    batch: int = typer.Option(8, "--batch", min=1, help="Images per forward pass (memory grows with it)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of text."),
 ) -> None:
-    """Print the top ImageNet labels and probabilities for each image."""
+    """Print the top labels and probabilities for each image."""
     from mlxnet import families
+    from mlxnet.image import load_image
+    from mlxnet.weights import read_labels
 
-    classifier = families.for_task(model or "resnet50", "classify").predictor(weights, model)
-    results = [classifier.predict(path, top) for path in images]
-    if as_json:
-        print(json.dumps([{"image": p, **r.to_dict()} for p, r in zip(images, results)], indent=1))
-        return
-    for path, result in zip(images, results):
-        print(f"{path}\n{result.summary()}")
+    family = families.for_task(model or "resnet50", "classify")
+    names = read_labels(labels) if labels is not None else None
+    jobs = [Job(source) for source in expand_inputs(images)]
+    run_jobs(
+        jobs, batch, what="classify", as_json=as_json,
+        load=lambda: load_model(lambda: family.predictor(weights, model, names=names)),
+        prepare=lambda job: load_image(job.source.path),
+        predict=lambda classifier, pixels: classifier.predict(pixels, top),
+        finish=lambda job, _pixels, result: (result.to_dict(), f"{job.name}\n{result.summary()}"))

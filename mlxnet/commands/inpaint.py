@@ -1,19 +1,54 @@
-"""`mlxnet inpaint`: fill the masked region of an image with LaMa (big-lama)."""
+"""`mlxnet inpaint`: fill the masked region of images with LaMa (big-lama).
+
+MASK is one mask for every image, or a folder of masks: an image's mask there has the image's
+path relative to its folder or pattern (a file argument: its name), or the same path with
+another image extension (``photo.jpg`` → ``photo.png``). One image: ``-o`` names the output
+file; several, a folder or a pattern: ``-o`` is a folder and outputs keep the inputs' paths.
+"""
 from __future__ import annotations
 
-import json
+import os
 import time
-from typing import Optional
+from pathlib import Path
+from typing import Callable, List, Optional
 
+import numpy as np
 import typer
 
+from mlxnet.commands.images import (Job, Source, check_outputs, expand_inputs, load_model, mirror,
+                                    names_one_file, readable_extensions, run_jobs)
 from mlxnet.errors import MlxnetError
 
 
+def mask_finder(folder: Path) -> Callable[[Source], Path]:
+    """Where an image's mask is in a folder of masks: the same relative path, else the one mask
+    with the same path and another image extension. The folder is listed once (a lookup per
+    image would list it once per image); a mask that is not there fails its image when read."""
+    by_stem: dict[Path, list[Path]] = {}
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if os.path.splitext(name)[1].lower() in readable_extensions():
+                rel = Path(os.path.relpath(os.path.join(root, name), folder))
+                by_stem.setdefault(rel.with_suffix(""), []).append(rel)
+
+    def find(source: Source) -> Path:
+        others = by_stem.get(source.rel.with_suffix(""), [])
+        if (folder / source.rel).is_file() or len(others) != 1:
+            return folder / source.rel
+        return folder / others[0]
+
+    return find
+
+
 def inpaint(
-    image: str = typer.Argument(..., help="Image file (any format Pillow reads)."),
-    mask: str = typer.Argument(..., help="Mask image of the same size: non-black (white) pixels are filled."),
-    output: str = typer.Option(..., "--output", "-o", help="Where to write the result (.png, .jpg)."),
+    images: List[str] = typer.Argument(..., metavar="IMAGE",
+                                       help="Image files, folders (searched recursively) or quoted glob patterns."),
+    mask: str = typer.Argument(..., metavar="MASK",
+                               help="Mask (non-black pixels are filled): one image file for every image, "
+                                    "or a folder of masks with the images' relative paths."),
+    output: str = typer.Option(..., "--output", "-o",
+                               help="One image: the file to write (.png, .jpg). Several, a folder or a pattern: "
+                                    "a folder (outputs keep the inputs' relative paths)."),
     weights: str = typer.Option("lama", "--weights", "-w",
                                 help="Weights id (lama, lama-fourier) or file (.ckpt, .safetensors)."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
@@ -21,36 +56,59 @@ def inpaint(
                                              "(default: from a converted file, else lama)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16."),
     resize_mask: bool = typer.Option(False, "--resize-mask",
-                                     help="Resize a mask of another size to the image (nearest)."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of a line."),
+                                     help="Resize a mask of another size to its image (nearest)."),
+    batch: int = typer.Option(1, "--batch", min=1, help="Images read at a time (each runs on its own)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of a line."),
 ) -> None:
-    """Inpaint IMAGE where MASK is set and write the result to OUTPUT."""
+    """Inpaint each IMAGE where its MASK is set and write the result to OUTPUT."""
     import mlx.core as mx
 
     import mlxnet
-    from mlxnet.image import check_output_path, load_image, resize_pil, save_image
     from mlxnet import families
+    from mlxnet.image import load_image, load_mask, resize_pil, save_image
 
     if dtype not in ("float32", "float16", "bfloat16"):
         raise MlxnetError(f"unknown dtype {dtype!r}: expected float32, float16 or bfloat16")
-    out_path = check_output_path(output, [image, mask])
-    img = load_image(image)
-    msk = load_image(mask, mode="L")
-    if msk.shape != img.shape[:2]:
-        if not resize_mask:
-            raise MlxnetError(f"mask {mask} is {msk.shape[1]}×{msk.shape[0]} but image {image} is "
-                              f"{img.shape[1]}×{img.shape[0]}; pass --resize-mask to resize it")
-        msk = resize_pil(msk, (img.shape[1], img.shape[0]), "nearest")
+    one_output, one_mask = names_one_file(images, output), not os.path.isdir(mask)
+    sources = expand_inputs(images) if one_output else expand_inputs(images, skip=Path(output))
+    mask_of = (lambda source: Path(mask)) if one_mask else mask_finder(Path(mask))
+    jobs = [Job(source, (Path(output) if one_output else mirror(source, Path(output)),), (mask_of(source),))
+            for source in sources]
+    check_outputs(jobs)
+    # One mask for every image is read once, now: if it is unreadable, no image can run.
+    shared = load_mask(mask) if one_mask else None
     family = families.for_task(model or (weights if weights in families.variants() else "lama"), "inpaint")
-    net = family.predictor(weights, model, dtype)
-    start = time.perf_counter()
-    result = family.inpaint(net, img, msk)
-    seconds = time.perf_counter() - start
-    save_image(result.render(img), out_path)
-    if as_json:
-        print(json.dumps({
-            "image": image, "mask": mask, "output": str(out_path), **result.to_dict(), "weights": weights,
-            "dtype": dtype, "backend": mlxnet.backend(), "seconds": round(seconds, 4),
-            "peak_memory_mb": round(mx.get_peak_memory() / 2**20, 1)}, indent=1))
-    else:
-        print(f"{out_path}: {result.summary()} in {seconds:.2f} s ({mlxnet.backend()}, {dtype})")
+
+    def prepare(job: Job) -> tuple[np.ndarray, np.ndarray]:
+        img = load_image(job.source.path)
+        (mask_file,) = job.also_reads
+        if shared is None and not mask_file.is_file():
+            raise MlxnetError(f"no mask {mask_file} for it in the folder of masks")
+        msk = shared if shared is not None else load_mask(mask_file)
+        if msk.shape != img.shape[:2]:
+            if not resize_mask:
+                raise MlxnetError(f"mask {mask_file} is {msk.shape[1]}×{msk.shape[0]} but the image is "
+                                  f"{img.shape[1]}×{img.shape[0]}; pass --resize-mask to resize it")
+            msk = resize_pil(msk, (img.shape[1], img.shape[0]), "nearest")
+        return img, msk
+
+    def run(net, item: tuple[np.ndarray, np.ndarray]):
+        start = time.perf_counter()
+        result = family.inpaint(net, *item)
+        return result, time.perf_counter() - start
+
+    def finish(job: Job, item: tuple[np.ndarray, np.ndarray], timed) -> tuple[dict, str]:
+        (out_path,), (mask_file,) = job.outputs, job.also_reads
+        result, seconds = timed
+        save_image(result.render(item[0]), out_path)
+        record = {"mask": str(mask_file), "output": str(out_path), **result.to_dict(), "weights": weights,
+                  "dtype": dtype, "backend": mlxnet.backend(), "seconds": round(seconds, 4),
+                  "peak_memory_mb": round(mx.get_peak_memory() / 2**20, 1)}
+        return record, f"{out_path}: {result.summary()} in {seconds:.2f} s ({mlxnet.backend()}, {dtype})"
+
+    run_jobs(
+        jobs, batch, what="inpaint", as_json=as_json,
+        load=lambda: load_model(lambda: family.predictor(weights, model, dtype)),
+        prepare=prepare,
+        predict=lambda net, items: [run(net, item) for item in items],
+        finish=finish)

@@ -1,18 +1,23 @@
 """`mlxnet segment`: Segment Anything (MobileSAM) from point/box prompts, or everything in the image.
 
-Writes OUT (the image with the mask(s) overlaid, prompts marked) and OUT's ``.mask`` sibling
-(``out.png`` → ``out.mask.png``): the chosen binary mask (0/255), or with ``--everything`` a label
-map (0 = background, i = i-th mask by predicted IoU; 16-bit if there are more than 255).
+For each image, writes an overlay (the image with the mask(s) overlaid, prompts marked) and a
+mask: the chosen binary mask (0/255), or with ``--everything`` a label map (0 = background,
+i = i-th mask by predicted IoU; 16-bit if there are more than 255). One image: ``-o OUT`` names
+the overlay and the mask is OUT's ``.mask`` sibling (``out.png`` → ``out.mask.png``). Several
+images, a folder or a pattern: ``-o`` is a folder; each overlay has its input's relative path
+and its mask is beside it as ``NAME.mask.png`` (PNG: a mask must not be lossy). The prompts
+apply to every image; a point outside an image fails that image only.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 import numpy as np
 import typer
 
+from mlxnet.commands.images import (Job, check_outputs, expand_inputs, load_model, mirror, names_one_file,
+                                    run_jobs)
 from mlxnet.errors import MlxnetError
 
 
@@ -26,15 +31,11 @@ def _numbers(text: str, n: int, option: str, what: str) -> list[float]:
     return values
 
 
-def parse_prompts(points: Sequence[str], labels: Sequence[int], box: str | None, size: tuple[int, int]
+def parse_prompts(points: Sequence[str], labels: Sequence[int], box: str | None
                   ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """--point X,Y (repeatable), --label 1|0 (one per point, default 1), --box X1,Y1,X2,Y2, checked
-    against the image size (H, W)."""
-    h, w = size
+    """--point X,Y (repeatable), --label 1|0 (one per point, default 1), --box X1,Y1,X2,Y2: their
+    syntax, checked once before any image (:func:`check_points_inside` checks each image)."""
     coords = np.array([_numbers(p, 2, "--point", "X,Y") for p in points], dtype=np.float64).reshape(-1, 2)
-    for x, y in coords:
-        if not (0 <= x <= w and 0 <= y <= h):
-            raise MlxnetError(f"--point {x:g},{y:g} lies outside the {w}x{h} image")
     if labels and len(labels) != len(coords):
         raise MlxnetError(f"--label: got {len(labels)} label(s) for {len(coords)} point(s); give one per point")
     if any(v not in (0, 1) for v in labels):
@@ -50,13 +51,26 @@ def parse_prompts(points: Sequence[str], labels: Sequence[int], box: str | None,
     return coords, lab, box_arr
 
 
+def check_points_inside(coords: np.ndarray | None, size: tuple[int, int]) -> None:
+    """Every point within the image of size (H, W)."""
+    h, w = size
+    for x, y in coords if coords is not None else []:
+        if not (0 <= x <= w and 0 <= y <= h):
+            raise MlxnetError(f"--point {x:g},{y:g} lies outside the {w}x{h} image")
+
+
 def mask_path(output: Path) -> Path:
+    """The mask beside a one-image overlay: OUT's ``.mask`` sibling, same format."""
     return output.with_name(f"{output.stem}.mask{output.suffix}")
 
 
 def segment(
-    image: str = typer.Argument(..., help="Image file (any format Pillow reads)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Overlay image to write; the mask goes to OUT.mask.png."),
+    images: List[str] = typer.Argument(..., help="Image files, folders (searched recursively) or quoted glob "
+                                                 "patterns ('photos/**/*.jpg')."),
+    output: str = typer.Option(..., "--output", "-o",
+                               help="One image: the overlay to write (the mask goes to OUT.mask.png). Several, a "
+                                    "folder or a pattern: a folder (overlays keep the inputs' relative paths, "
+                                    "masks beside them as NAME.mask.png)."),
     point: List[str] = typer.Option([], "--point", "-p", help="Prompt point X,Y in pixels (repeatable)."),
     label: List[int] = typer.Option([], "--label", "-l", help="1 foreground / 0 background, one per --point "
                                                               "(default: all 1)."),
@@ -73,39 +87,54 @@ def segment(
     stability_thresh: float = typer.Option(0.95, "--stability-thresh", help="--everything: stability cutoff."),
     stability_offset: float = typer.Option(1.0, "--stability-offset", help="--everything: logit offset."),
     nms_thresh: float = typer.Option(0.7, "--nms-thresh", min=0.0, max=1.0, help="--everything: box NMS IoU."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    batch: int = typer.Option(1, "--batch", min=1, help="Images read at a time (each runs on its own)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of text."),
 ) -> None:
     """Segment an object from point/box prompts, or everything with --everything."""
-    from mlxnet.image import check_output_path, load_image, save_image
     from mlxnet import families
+    from mlxnet.image import load_image, save_image
 
     if everything and (point or box or label):
         raise MlxnetError("--everything takes no --point/--label/--box prompts")
     if not everything and not point and box is None:
         raise MlxnetError("give at least one --point X,Y or a --box X1,Y1,X2,Y2 (or --everything)")
-    pixels = load_image(image)  # fail on a bad image or prompt before loading any weights
-    h, w = pixels.shape[:2]
-    coords, labels, box_arr = (None, None, None) if everything else parse_prompts(point, label, box, (h, w))
-    check_output_path(output, [image])
-    check_output_path(mask_path(output), [image])
-    try:
-        family = families.for_task("sam-tiny", "segment")
-        predictor = family.predictor(weights, "sam-tiny")
-    except MlxnetError as e:  # the loader lists every problem; the CLI says it in one line
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        raise MlxnetError(lines[0] + (f" (first: {lines[1]})" if len(lines) > 1 else "")) from None
+    coords, labels, box_arr = (None, None, None) if everything else parse_prompts(point, label, box)
+    if names_one_file(images, output):
+        overlay = Path(output)
+        jobs = [Job(source, (overlay, mask_path(overlay))) for source in expand_inputs(images)]
+    else:
+        folder = Path(output)
+        jobs = []
+        for source in expand_inputs(images, skip=folder):
+            overlay = mirror(source, folder)
+            jobs.append(Job(source, (overlay, overlay.with_name(f"{overlay.stem}.mask.png"))))
+    check_outputs(jobs)
+    family = families.for_task("sam-tiny", "segment")
 
-    if everything:
-        result = family.segment_everything(
-            predictor, pixels, points_per_side=points_per_side, points_per_batch=points_per_batch,
-            pred_iou_thresh=pred_iou_thresh, stability_score_thresh=stability_thresh,
-            stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
-    else:
-        result = family.segment(predictor, pixels, coords, labels, box_arr, multimask)
-    save_image(result.render(pixels), output)
-    save_image(result.mask_image(), mask_path(output))
-    if as_json:
-        print(json.dumps({"image": image, "width": w, "height": h, "overlay": str(output),
-                          "mask": str(mask_path(output)), **result.to_dict()}, indent=1))
-    else:
-        print(f"{image}: {result.summary()} -> {output}, {mask_path(output)}")
+    def prepare(job: Job) -> np.ndarray:
+        pixels = load_image(job.source.path)
+        check_points_inside(coords, pixels.shape[:2])
+        return pixels
+
+    def run(predictor, pixels: np.ndarray):
+        if everything:
+            return family.segment_everything(
+                predictor, pixels, points_per_side=points_per_side, points_per_batch=points_per_batch,
+                pred_iou_thresh=pred_iou_thresh, stability_score_thresh=stability_thresh,
+                stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
+        return family.segment(predictor, pixels, coords, labels, box_arr, multimask)
+
+    def finish(job: Job, pixels: np.ndarray, result) -> tuple[dict, str]:
+        overlay, mask = job.outputs
+        save_image(result.render(pixels), overlay)
+        save_image(result.mask_image(), mask)
+        h, w = pixels.shape[:2]
+        record = {"width": w, "height": h, "overlay": str(overlay), "mask": str(mask), **result.to_dict()}
+        return record, f"{job.name}: {result.summary()} -> {overlay}, {mask}"
+
+    run_jobs(
+        jobs, batch, what="segment", as_json=as_json,
+        load=lambda: load_model(lambda: family.predictor(weights, "sam-tiny")),
+        prepare=prepare,
+        predict=lambda predictor, items: [run(predictor, pixels) for pixels in items],
+        finish=finish)

@@ -1,0 +1,436 @@
+"""What the image commands (classify, detect, segment, inpaint) share: many inputs in, one
+output per input, the images streamed through the model a batch at a time.
+
+Inputs (:func:`expand_inputs`): each argument is an image file, a folder or a glob pattern.
+
+- A file is taken as named, whatever its extension; if it is missing or unreadable, that image
+  fails on its own.
+- A folder is searched recursively, in sorted order, for files whose extension Pillow registers
+  for reading; hidden (dot) files and folders are skipped, links to folders are not followed
+  (no loops), and the output folder is skipped when it lies inside (a second run does not
+  take the first run's outputs as inputs).
+- A pattern (an argument that is not an existing path and holds ``*``, ``?`` or ``[``; quote it
+  so that mlxnet, not the shell, expands it) is expanded by :func:`glob.glob`, ``**`` matching
+  any depth; hidden names, non-image files and the output folder are skipped as in a folder.
+- A folder or pattern that yields no image is an error before any work; a file named twice
+  (or by a folder and by name) runs once.
+
+Outputs (:func:`mirror`, :func:`check_outputs`): under an output folder each input's output has
+the input's path relative to its folder (or to the pattern's fixed leading folders; a file
+argument: its name), so a tree of inputs gives the same tree of outputs. An input whose format
+Pillow cannot write gets a ``.png`` output. Before any weights or image is loaded, every output
+is checked (writable, a format Pillow writes, never an input file) and two inputs whose outputs
+would be the same file are an error.
+
+Running (:func:`run_jobs`): the model loads when the first readable image needs it; then a batch
+of images is read, run and written before the next batch is read, so memory holds one batch.
+A file that fails (unreadable, a prompt outside it, a write error) prints ``error: FILE: REASON``
+on stderr and the others go on; the command then ends with exit code 1 and, for several inputs,
+``N of M images failed``. ``--json`` prints JSON Lines: one object per image on stdout, a failure
+as ``{"image": ..., "error": ...}``. On a terminal a progress bar (count, rate, ETA) is drawn on
+stderr; never under ``--json`` or when stderr is not a terminal.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
+
+import typer
+
+from mlxnet.errors import MlxnetError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+Model = TypeVar("Model")
+Prepared = TypeVar("Prepared")
+Result = TypeVar("Result")
+
+_GLOB_CHARS = re.compile(r"[*?[]")
+
+
+# --- Inputs ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """One input image: ``name`` as messages and reports show it (the argument, or the folder or
+    pattern joined with the file's path below it) and ``rel``, where its output goes below an
+    output folder."""
+
+    name: str
+    rel: Path
+
+    @property
+    def path(self) -> Path:
+        return Path(self.name)
+
+
+@lru_cache(maxsize=1)
+def readable_extensions() -> frozenset[str]:
+    """Extensions (lower case, with the dot) that Pillow here registers a reader for."""
+    from PIL import Image
+
+    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
+
+
+def _is_image_name(name: str) -> bool:
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in readable_extensions()
+
+
+def is_pattern(arg: str) -> bool:
+    """An argument mlxnet expands as a glob: not an existing path (a file may be named ``[1].png``),
+    with a wildcard in it."""
+    return not os.path.lexists(arg) and bool(_GLOB_CHARS.search(arg))
+
+
+def _folder_sources(folder: str, skip: Path | None) -> Iterator[Source]:
+    skip_real = os.path.realpath(skip) if skip is not None else None
+    # os.walk without followlinks: a link to a parent folder cannot make the walk endless.
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and (skip_real is None or os.path.realpath(os.path.join(root, d)) != skip_real))
+        for name in sorted(files):
+            if _is_image_name(name):
+                full = os.path.join(root, name)
+                yield Source(full, Path(os.path.relpath(full, folder)))
+
+
+def _pattern_base(pattern: str) -> str:
+    """The pattern's leading folders without wildcards: matches keep their path below it."""
+    parts = Path(pattern).parts[:-1]
+    fixed = []
+    for part in parts:
+        if _GLOB_CHARS.search(part):
+            break
+        fixed.append(part)
+    return os.path.join(*fixed) if fixed else "."
+
+
+def _inside(path: str, folder_real: str) -> bool:
+    """Whether the file ``path`` lies in the folder (its own name is not resolved: a link in
+    an input folder to a file elsewhere is still an input)."""
+    parent = os.path.realpath(os.path.dirname(path) or ".")
+    return parent == folder_real or parent.startswith(folder_real.rstrip(os.sep) + os.sep)
+
+
+def _pattern_sources(pattern: str, skip: Path | None) -> list[Source]:
+    base = _pattern_base(pattern)
+    skip_real = os.path.realpath(skip) if skip is not None else None
+    matches = sorted(glob.glob(pattern, recursive=True))  # hidden names are not matched by default
+    return [Source(m, Path(os.path.relpath(m, base))) for m in matches
+            if os.path.isfile(m) and _is_image_name(os.path.basename(m))
+            and (skip_real is None or not _inside(m, skip_real))]
+
+
+def _sources_of(arg: str, skip: Path | None) -> list[Source]:
+    if os.path.isdir(arg):
+        found = list(_folder_sources(arg, skip))
+        if not found:
+            raise MlxnetError(f"{arg}: no image files in this folder or below it")
+        return found
+    if is_pattern(arg):
+        found = _pattern_sources(arg, skip)
+        if not found:
+            raise MlxnetError(f"{arg}: no image files match this pattern")
+        return found
+    return [Source(arg, Path(Path(arg).name))]  # a missing or unreadable file fails on its own, later
+
+
+def expand_inputs(args: Sequence[str], skip: Path | None = None) -> list[Source]:
+    """Every input image of the arguments (files, folders, patterns), each once, in argument
+    order; ``skip``: the output folder, not searched for inputs."""
+    sources: list[Source] = []
+    seen: set[str] = set()
+    for arg in args:
+        for source in _sources_of(arg, skip):
+            key = os.path.normcase(os.path.abspath(source.name))
+            if key not in seen:
+                seen.add(key)
+                sources.append(source)
+    return sources
+
+
+def names_one_file(args: Sequence[str], output: str) -> bool:
+    """Whether ``-o`` names the output file itself (segment and inpaint's one-image form): one
+    argument that is neither a folder nor a pattern, and an output that is not a folder (an
+    existing one, or one written with a trailing slash)."""
+    return (len(args) == 1 and not os.path.isdir(args[0]) and not is_pattern(args[0])
+            and not os.path.isdir(output) and not output.endswith(("/", os.sep)))
+
+
+# --- Outputs ---------------------------------------------------------------------------------------
+
+def _writable_format(path: Path) -> bool:
+    from mlxnet.image import image_format
+
+    try:
+        image_format(path)
+    except MlxnetError:
+        return False
+    return True
+
+
+def mirror(source: Source, folder: Path) -> Path:
+    """The output of ``source`` under ``folder``: its relative path, with ``.png`` for a format
+    Pillow reads but cannot write here (or no extension), so one odd file does not stop a run."""
+    target = folder / source.rel
+    return target if _writable_format(target) else target.with_suffix(".png")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One image's work: its source, the other files it reads (a mask) and the files it writes."""
+
+    source: Source
+    outputs: tuple[Path, ...] = ()
+    also_reads: tuple[Path, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def reads(self) -> tuple[Path, ...]:
+        return (self.source.path, *self.also_reads)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_outputs(jobs: Sequence[Job]) -> None:
+    """Refuse, before any work, two jobs writing one file and an output that is any job's input
+    (not only its own: an overlay's ``.mask`` sibling may be another input); then each output
+    goes through :func:`mlxnet.image.check_output_path` (format, folder, never over an input)."""
+    from mlxnet.image import check_output_path
+
+    writer: dict[str, Job] = {}
+    for job in jobs:
+        for out in job.outputs:
+            key = os.path.normcase(os.path.realpath(out))
+            first = writer.setdefault(key, job)
+            if first is not job:
+                raise MlxnetError(f"{first.name} and {job.name} would both write {out}; "
+                                  "rename one or run them separately")
+    # One stat per input, then one per output: samefile against every input would be N×M.
+    read_by_id: dict[tuple[int, int], Path] = {}
+    for job in jobs:
+        for path in job.reads:
+            found = _file_id(path)
+            if found is not None:
+                read_by_id.setdefault(found, path)
+    for job in jobs:
+        for out in job.outputs:
+            clash = read_by_id.get(_file_id(out))  # type: ignore[arg-type]
+            check_output_path(out, [*job.reads, *([clash] if clash is not None else [])])
+
+
+# --- Reporting and progress -------------------------------------------------------------------------
+
+def progress_console() -> "Console":
+    """The console the progress bar draws on: stderr, so stdout stays the results (tests put a
+    console forced to be a terminal here)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+class Display:
+    """Where a run writes: result lines to stdout, error lines to stderr, and a progress bar, if
+    one is drawn, below them. While a bar is drawn, a line for the terminal goes through its
+    console, which prints it above the bar; printed past it, it would be drawn over."""
+
+    def __init__(self, progress: "Progress | None" = None, task: "TaskID | None" = None) -> None:
+        self.progress, self.task = progress, task
+
+    def advance(self) -> None:
+        if self.progress is not None:
+            self.progress.advance(self.task)  # type: ignore[arg-type]
+
+    def _above_bar(self, text: str) -> None:
+        from rich.text import Text
+
+        # Text, not a str: a file name like "[red].png" is not rich markup; soft_wrap: one line
+        # stays one line, however wide.
+        self.progress.console.print(Text(text), soft_wrap=True, highlight=False)  # type: ignore[union-attr]
+
+    def out(self, text: str) -> None:
+        if self.progress is not None and sys.stdout.isatty():
+            self._above_bar(text)
+        else:
+            print(text, flush=True)  # flushed: a reader downstream sees each image at once
+
+    def err(self, text: str) -> None:
+        if self.progress is not None:
+            self._above_bar(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def progress_display(total: int, what: str, quiet: bool) -> Iterator[Display]:
+    """A :class:`Display` with a bar (count, rate, elapsed, ETA) on the progress console, unless
+    ``quiet`` or the console is not a terminal (rich's test: stderr is a TTY, or FORCE_COLOR or
+    TTY_COMPATIBLE=1 say to act as one)."""
+    console = progress_console()
+    if quiet or not console.is_terminal:
+        yield Display()
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:.2f} img/s" if speed else "– img/s", style="progress.data.speed")
+
+    # Stray output (a library's warning) is redirected above the bar too; stdout only when it
+    # is a terminal: results piped to a file must stay in the file.
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                  redirect_stdout=sys.stdout.isatty(), redirect_stderr=True) as bar:
+        yield Display(bar, bar.add_task(what, total=total))
+
+
+def json_line(record: dict) -> str:
+    """One JSON Lines record: compact, on one line (json.dumps escapes newlines in strings)."""
+    return json.dumps(record)
+
+
+def _reason(job: Job, error: BaseException) -> str:
+    """The error in one line, without the file name that the line already starts with."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    for prefix in (job.name, str(job.source.path)):
+        if text.startswith(prefix + ": "):
+            return text[len(prefix) + 2:]
+    return text
+
+
+def report_failure(display: Display, job: Job, error: BaseException, as_json: bool) -> None:
+    """``error: FILE: REASON`` on stderr; with ``--json`` also the JSON Lines record."""
+    reason = _reason(job, error)
+    display.err(f"error: {job.name}: {reason}")
+    if as_json:
+        display.out(json_line({"image": job.name, "error": reason}))
+
+
+def one_line(error: MlxnetError) -> MlxnetError:
+    """A weights loader's error (it lists every problem, one a line) as one line: the first,
+    with the first problem."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return error
+    return MlxnetError(lines[0].rstrip(":") + f" (first: {lines[1]})")
+
+
+def load_model(make: Callable[[], Model]) -> Model:
+    """The predictor ``make()`` builds, its loader's error in one line."""
+    try:
+        return make()
+    except MlxnetError as e:
+        raise one_line(e) from None
+
+
+# --- Running ---------------------------------------------------------------------------------------
+
+def batches(jobs: Sequence[Job], size: int) -> Iterator[Sequence[Job]]:
+    """The jobs in consecutive groups of ``size`` (the last may be shorter)."""
+    for start in range(0, len(jobs), size):
+        yield jobs[start:start + size]
+
+
+def _predict_batch(model: Model, prepared: list[Prepared],
+                   predict: Callable[[Model, list[Prepared]], Sequence[Result]]) -> list[Result | MlxnetError]:
+    """One call for the batch; if it fails, one call per image, so the error names its own file
+    and the batch's other images still get their results."""
+    try:
+        results = list(predict(model, prepared))
+        if len(results) == len(prepared):
+            return results
+        raise MlxnetError(f"{len(results)} results for {len(prepared)} images")
+    except MlxnetError as e:
+        if len(prepared) == 1:
+            return [e]
+    out: list[Result | MlxnetError] = []
+    for item in prepared:
+        try:
+            out.append(predict(model, [item])[0])
+        except MlxnetError as e:
+            out.append(e)
+    return out
+
+
+def _run_batch(group: Sequence[Job], model: Callable[[], Model], prepare: Callable[[Job], Prepared],
+               predict: Callable[[Model, list[Prepared]], Sequence[Result]],
+               finish: Callable[[Job, Prepared, Result], tuple[dict, str]],
+               display: Display, as_json: bool) -> int:
+    """Read, run and write one batch, reporting its images in input order (whatever the batch
+    size, the same lines in the same order); returns how many failed. Its pixels and results
+    are this function's locals: they are freed when it returns, before the next batch is read."""
+    prepared: list[tuple[Job, Prepared | MlxnetError]] = []
+    for job in group:
+        try:
+            prepared.append((job, prepare(job)))
+        except MlxnetError as e:
+            prepared.append((job, e))
+    ready = [item for _, item in prepared if not isinstance(item, MlxnetError)]
+    results = iter(_predict_batch(model(), ready, predict) if ready else [])
+    failed = 0
+    for job, item in prepared:
+        try:
+            if isinstance(item, MlxnetError):
+                raise item
+            result = next(results)
+            if isinstance(result, MlxnetError):
+                raise result
+            record, line = finish(job, item, result)
+        except MlxnetError as e:
+            failed += 1
+            report_failure(display, job, e, as_json)
+        else:
+            display.out(json_line({"image": job.name, **record}) if as_json else line)
+        display.advance()
+    return failed
+
+
+def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
+             load: Callable[[], Model],
+             prepare: Callable[[Job], Prepared],
+             predict: Callable[[Model, list[Prepared]], Sequence[Result]],
+             finish: Callable[[Job, Prepared, Result], tuple[dict, str]]) -> None:
+    """Run every job, ``batch`` images at a time, and end with exit code 1 if any failed.
+
+    ``prepare(job)`` reads the job's image (and what else it needs) and checks it against the
+    options; ``predict(model, items)`` runs a batch; ``finish(job, item, result)`` writes the
+    outputs and returns the JSON record and the text line. An MlxnetError in any of them fails
+    that image only. ``load()`` (the weights) is called once, when the first image is ready (a
+    run whose images all fail never loads them), and its error ends the command: it would fail
+    every image the same way."""
+    loaded: list[Model] = []
+
+    def model() -> Model:
+        if not loaded:
+            loaded.append(load())
+        return loaded[0]
+
+    with progress_display(len(jobs), what, quiet=as_json) as display:
+        failed = sum(_run_batch(group, model, prepare, predict, finish, display, as_json)
+                     for group in batches(jobs, batch))
+    if failed:
+        if len(jobs) > 1:
+            print(f"{failed} of {len(jobs)} images failed", file=sys.stderr)
+        raise typer.Exit(1)
