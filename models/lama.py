@@ -37,7 +37,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
 from mlxnet.ops.fft import irfft2, rfft2
-from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_model, open_checkpoint, register_spec
+from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
 from mlxnet.dtypes import as_dtype
 
 # Variants: released generators of the LaMa family that share this architecture.
@@ -280,13 +280,7 @@ class LaMa(nn.Module):
         "lama-fourier") or a file (the Lightning .ckpt, a generator state dict, or a file from
         ``mlxnet convert``). ``model`` names the variant of a file (default: from a converted
         file's metadata, else "lama"). ``dtype``: float32 (default), float16 or bfloat16."""
-        if model is not None and model not in CONFIGS:
-            raise MlxnetError(f"unknown LaMa variant {model!r}; choose one of {', '.join(CONFIGS)}")
-        ckpt = open_checkpoint(weights)
-        found = describe_checkpoint(ckpt)
-        if model is not None and found.variant != model:
-            raise MlxnetError(f"{ckpt.path} holds a {found.variant} generator, not {model}")
-        net, _ = load_model(ckpt, found.variant)
+        net, _ = load_variant(weights, tuple(CONFIGS), model=model)
         target = as_dtype(dtype)
         if target is not None and target != mx.float32:
             net.set_dtype(target)

@@ -21,7 +21,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import center_crop, draw_boxes, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
-from mlxnet.weights import Checkpoint, Description, WeightSpec, load_model, open_checkpoint, register_spec
+from mlxnet.weights import Checkpoint, Description, WeightSpec, load_variant, register_spec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -195,11 +195,7 @@ def load(weights: str = "resnet50", *, model: str | None = None,
          dtype: str | None = None) -> tuple[ResNet, tuple[str, ...] | None]:
     """(ResNet in eval mode, the class names its file carries or None) from an id ("resnet50":
     the hub) or a file; depth and class count come from the checkpoint, ``model`` must agree."""
-    ckpt = open_checkpoint(weights)
-    found = describe_checkpoint(ckpt)
-    if model is not None and found.variant != model:
-        raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
-    net, _ = load_model(ckpt, found.variant, dtype=dtype)
+    net, found = load_variant(weights, tuple(CONFIGS), model=model, dtype=dtype)
     return net, found.names
 
 

@@ -27,8 +27,8 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import load_image
 from mlxnet.nn import Conv2d, fuse_conv_bn
-from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, describe, load_model, names_of,
-                            open_checkpoint, register_spec)
+from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
+                            register_spec)
 
 from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
 
@@ -415,13 +415,7 @@ class YOLO:
         ``YOLOv8.save_weights``. The scale, class count and class names come from the
         checkpoint; ``model``, if given, must agree; ``names`` overrides the class names.
         Float weights are cast to ``dtype`` (ultralytics' files are fp16)."""
-        if model is not None and model not in MODELS:
-            raise MlxnetError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
-        ckpt = open_checkpoint(weights)
-        found = describe_checkpoint(ckpt)
-        if model is not None and found.variant != model:
-            raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
-        net, _ = load_model(ckpt, found.variant, dtype=dtype)
+        net, found = load_variant(weights, MODELS, model=model, dtype=dtype)
         return cls(net.fuse() if fuse else net, names if names is not None else found.names)
 
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,

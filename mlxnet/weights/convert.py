@@ -122,6 +122,21 @@ def load_model(source: str | os.PathLike | Checkpoint, spec: WeightSpec | str, *
     return model, found
 
 
+def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: str | None = None,
+                 dtype: DTypeLike = None) -> tuple[nn.Module, Description]:
+    """Load a checkpoint of a family whose variants share one ``describe`` (the first variant's
+    spec's): the variant is the one the checkpoint holds; ``model``, if given, must agree."""
+    if model is not None and model not in variants:
+        raise MlxnetError(f"unknown model {model!r}: expected one of {', '.join(variants)}")
+    ckpt = open_checkpoint(source)
+    found = (get_spec(variants[0]).describe or describe_from_metadata)(ckpt)
+    if found.variant not in variants:
+        raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not one of {', '.join(variants)}")
+    if model is not None and found.variant != model:
+        raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
+    return load_model(ckpt, found.variant, dtype=dtype)
+
+
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: WeightSpec | str, *,
                        dtype: DTypeLike = "float32", fold_bn: bool = False, force: bool = False,
                        names: Sequence[str] | None = None) -> Path:
