@@ -23,25 +23,16 @@ against the real thing.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
 import re
 import sys
 from pathlib import Path
 
-os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/ultralytics-config")
-os.environ.setdefault("YOLO_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_yolo import GAINS, SEED, seeded  # noqa: E402  (the same seeded weights and gains; sets YOLO_* env)
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
-seeded = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seeded)
-
-SEED = 1234
-GAINS = (1.0, 20.0)  # BatchNorm scale and head-output gains, as scripts/golden_yolo.py
 NAMES = {0: "cat", 1: "dog"}
 RESNET_CLASSES = 10
 
