@@ -353,11 +353,8 @@ def weight_spec(name: str) -> WeightSpec:
 def describe_checkpoint(ckpt: Checkpoint) -> Description:
     """The variant of a LaMa checkpoint (Lightning .ckpt with ``generator.`` keys, a generator
     state dict, or an mlxnet file): the number of residual FFC blocks."""
-    if ckpt.converted:
-        found = describe_from_metadata(ckpt)
-        if found.variant not in CONFIGS:
-            raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not a LaMa generator")
-        return found
+    if ckpt.converted:  # its metadata names the variant (load_variant refuses another family's)
+        return describe_from_metadata(ckpt)
     blocks = {m.group(1) for k in ckpt.tensors for m in [re.match(r"(?:generator\.)?model\.(\d+)\.conv1\.", k)] if m}
     variant = next((name for name, n in CONFIGS.items() if n == len(blocks)), None)
     if variant is None:
