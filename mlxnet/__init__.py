@@ -18,8 +18,10 @@ _blas.bind()
 from .device import (  # noqa: E402  (after the BLAS binding, by design)
     available_devices,
     backend,
+    compile_enabled,
     current_device,
     kernels_enabled,
+    use_compile,
     use_device,
     use_kernels,
 )
@@ -45,7 +47,7 @@ def tune_cpu() -> None:
 
 
 __all__ = [
-    "MlxnetError", "available_devices", "backend", "blas_info", "current_device",
-    "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu", "use_device",
-    "use_kernels", "__version__",
+    "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled", "current_device",
+    "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu", "use_compile",
+    "use_device", "use_kernels", "__version__",
 ]

@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .device import backend, use_device, use_kernels
+from .device import backend, compile_enabled, use_compile, use_device, use_kernels
 from .dtypes import FLOAT_DTYPES
 from .errors import MlxnetError
 
@@ -115,14 +115,24 @@ def _cast_inputs(inputs: Sequence[Any], dtype: mx.Dtype) -> list[Any]:
             for x in inputs]
 
 
-def _run(model: nn.Module, inputs: Sequence[Any], dtype: mx.Dtype) -> dict[str, np.ndarray]:
+_COMPILED = "<compiled output>"
+
+
+def _run(model: nn.Module, inputs: Sequence[Any], dtype: mx.Dtype, compiled: bool = False) -> dict[str, np.ndarray]:
+    """Every layer's output, run eagerly (compiled, intermediate values do not exist); with
+    ``compiled`` also the whole forward as users run it by default, as ``<compiled output>``."""
     saved = tree_flatten(model.parameters())
     try:
         if dtype != mx.float32:
             model.set_dtype(dtype)
-        with capture(model) as records:
+        with use_compile(False), capture(model) as records:
             model(*_cast_inputs(inputs, dtype))
             mx.eval([r for _, r in records])
+        if compiled:
+            with use_compile(True):
+                out = model(*_cast_inputs(inputs, dtype))
+            records += [(_COMPILED + (f"[{k}]" if k else ""), v) for k, v in tree_flatten(out)
+                        if isinstance(v, mx.array)]
     finally:
         model.update(tree_unflatten(saved))
     out: dict[str, np.ndarray] = {}
@@ -200,7 +210,10 @@ def compare(model: nn.Module, inputs: Sequence[Any], against: Against = "cpu",
         stack.enter_context(use_kernels(False))
         base = _run(model, inputs, mx.float32)
     with use_kernels(True):
-        test = _run(model, inputs, DTYPES[dtype])
+        compiled = compile_enabled()  # the default path on this device: check it too
+        test = _run(model, inputs, DTYPES[dtype], compiled)
+    if compiled:  # the compiled forward must give what the eager baseline gives
+        base.update({key.replace("<output>", _COMPILED, 1): v for key, v in base.items() if key.startswith("<output>")})
     layers = compare_outputs(base, test, "tf32" if dtype == "float32" and device == "cuda" else dtype)
     first = next((l.path for l in layers if not l.ok), None)
     baseline = "cpu definitions" if against == "cpu" else f"{device} definitions"

@@ -129,3 +129,48 @@ def use_kernels(enabled: bool) -> Iterator[None]:
         yield
     finally:
         _kernels_override.pop()
+
+
+def compile_enabled() -> bool:
+    """Whether models run their inference forward under ``mx.compile``
+    (:func:`mlxnet.nn.compiled_for_inference`): by default on GPU back ends, where it fuses the
+    elementwise tails of convs and matmuls into single kernels and builds each forward's graph
+    once per input shape; not on the CPU, where the fast paths fuse what matters already and a
+    compiled forward measured slower. ``MLXNET_COMPILE`` (auto, on or off, read at every call)
+    or a :func:`use_compile` block decides otherwise."""
+    if _compile_override:
+        return _compile_override[-1]
+    setting = env.switch("MLXNET_COMPILE")
+    return setting == "on" or (setting == "auto" and backend() != "cpu")
+
+
+_compile_override: list[bool] = []
+
+
+@contextmanager
+def use_compile(enabled: bool) -> Iterator[None]:
+    """Scoped switch: with False models run their forward eagerly, op by op (what a
+    layer-by-layer check needs); with True compiled on any back end."""
+    _compile_override.append(enabled)
+    try:
+        yield
+    finally:
+        _compile_override.pop()
+
+
+_tracing: list[bool] = []
+
+
+@contextmanager
+def tracing() -> Iterator[None]:
+    """Marks a forward being traced by ``mx.compile``, where nothing may be evaluated."""
+    _tracing.append(True)
+    try:
+        yield
+    finally:
+        _tracing.pop()
+
+
+def is_tracing() -> bool:
+    """Whether an op runs inside a compiled forward's trace (it must not call ``mx.eval``)."""
+    return bool(_tracing)

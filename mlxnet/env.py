@@ -50,6 +50,8 @@ SWITCHES: dict[str, Switch] = {
     "MLXNET_BLAS": Switch("BLAS choice", _spellings(openblas=("openblas",) + ON[:2],
                                                     reference=("reference",) + OFF[:2]), "openblas"),
     "MLXNET_KERNELS": Switch("kernels setting", _spellings(on=ON, off=OFF), "on"),
+    # auto: whole forwards compiled on GPU back ends (mlxnet.device.compile_enabled).
+    "MLXNET_COMPILE": Switch("compile setting", _spellings(auto=("auto",), on=ON, off=OFF), "auto"),
     "MLXNET_NATIVE": Switch("CPU primitives setting", _spellings(on=ON, off=OFF), "on"),
     "MLXNET_MALLOC": Switch("allocator setting", _spellings(tuned=("tuned",), system=("system",)), "tuned"),
 }

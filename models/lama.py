@@ -35,7 +35,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
-from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu
+from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference
 from mlxnet.ops.fft import irfft2, rfft2
 from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
 from mlxnet.dtypes import as_dtype
@@ -216,6 +216,7 @@ class LaMa(nn.Module):
         self.model = layers
         self.eval()
 
+    @compiled_for_inference
     def __call__(self, x: mx.array) -> mx.array:
         """(N, H, W, 4) masked image ⊕ mask, H and W multiples of 8 → (N, H, W, 3) in [0, 1]."""
         if x.ndim != 4 or x.shape[-1] != 4:

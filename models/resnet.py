@@ -20,7 +20,7 @@ from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import center_crop, draw_boxes, load_image, resize_pil
-from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d
+from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference
 from mlxnet.weights import Checkpoint, Description, WeightSpec, load_variant, register_spec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -126,6 +126,7 @@ class ResNet(nn.Module):
             x = _apply(stage, x)
         return self.avgpool(x).reshape(x.shape[0], -1)
 
+    @compiled_for_inference
     def __call__(self, x: mx.array) -> mx.array:
         """NHWC image batch (normalised) → logits (N, num_classes)."""
         return self.fc(self.features(x))

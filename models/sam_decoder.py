@@ -14,7 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxnet import ops
-from mlxnet.nn import GELU, Conv2d, ConvTranspose2d, LayerNorm
+from mlxnet.nn import GELU, Conv2d, ConvTranspose2d, LayerNorm, compiled_for_inference
 
 
 class PositionEmbeddingRandom(nn.Module):
@@ -93,6 +93,7 @@ class PromptEncoder(nn.Module):
             masks = layer(masks)
         return masks
 
+    @compiled_for_inference
     def __call__(self, points: tuple[mx.array, mx.array] | None, boxes: mx.array | None,
                  masks: mx.array | None) -> tuple[mx.array, mx.array]:
         """points: ((B, N, 2) xy in the 1024 frame, (B, N) labels 1/0/-1); boxes (B, 4) xyxy;
@@ -228,6 +229,7 @@ class MaskDecoder(nn.Module):
         self.output_hypernetworks_mlps = [MLP(d, d, d // 8, 3) for _ in range(self.num_mask_tokens)]
         self.iou_prediction_head = MLP(d, iou_head_hidden_dim, self.num_mask_tokens, iou_head_depth)
 
+    @compiled_for_inference
     def __call__(self, image_embeddings: mx.array, image_pe: mx.array, sparse_prompt_embeddings: mx.array,
                  dense_prompt_embeddings: mx.array, multimask_output: bool) -> tuple[mx.array, mx.array]:
         """Returns mask logits (B, 3 or 1, 4h, 4w) and predicted IoUs (B, 3 or 1)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxnet.errors import MlxnetError
 from mlxnet import ops
-from mlxnet.nn import GELU, Conv2d, LayerNorm
+from mlxnet.nn import GELU, Conv2d, LayerNorm, compiled_for_inference
 
 
 class Conv2dBN(nn.Module):
@@ -200,6 +200,7 @@ class TinyViT(nn.Module):
         self.neck = [Conv2d(embed_dims[-1], out_chans, 1, bias=False), LayerNorm(out_chans, eps=1e-6),
                      Conv2d(out_chans, out_chans, 3, padding=1, bias=False), LayerNorm(out_chans, eps=1e-6)]
 
+    @compiled_for_inference
     def __call__(self, x: mx.array, return_stages: bool = False) -> mx.array | list[mx.array]:
         if x.ndim != 4 or x.shape[-1] != 3:
             raise MlxnetError(f"TinyViT: expected a (B, H, W, 3) NHWC image batch, got shape {tuple(x.shape)}")

@@ -26,7 +26,7 @@ from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import load_image
-from mlxnet.nn import Conv2d, fuse_conv_bn
+from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             register_spec)
 
@@ -266,6 +266,7 @@ class YOLOv8(nn.Module):
         out5 = m[21]([m[19](out4), p5])
         return out3, out4, out5
 
+    @compiled_for_inference
     def __call__(self, x: mx.array) -> mx.array:
         """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS."""
         return self.model[22](self.features(x))

@@ -1,20 +1,34 @@
-"""Each landed model's latency: mlxnet vs PyTorch on the same device, in one run.
+"""Each model's latency on one device, mlxnet against PyTorch, in one run.
 
     python scripts/bench_models.py --device cpu [--only resnet50 ...] [--json out.json]
-    python scripts/bench_models.py --device gpu        # Metal or CUDA; PyTorch on CUDA/MPS
+    python scripts/bench_models.py --device gpu [--batch 1 8] [--dtype float32 float16] [--torch-compile]
 
-Every entry builds both models with random weights (speed does not depend on the values)
-and times one forward pass on the same input shape. Entries are plain functions in ENTRIES;
-a model family adds one.
+For every entry, batch size and dtype it times, alternating rep by rep (so a noisy machine
+slows all alike): mlxnet eager (``MLXNET_COMPILE=0``), mlxnet as users get it by default
+(compiled on GPUs, see mlxnet.nn.compiled), PyTorch eager and, with ``--torch-compile``,
+``torch.compile(mode="reduce-overhead")`` (CUDA graphs). It also counts the primitives MLX runs
+per forward, eager and compiled (views excluded: about one kernel launch each). Models have
+random weights (speed does not depend on the values). Float32 runs as each library defaults
+(MLX's CUDA GEMMs use TF32; PyTorch's convolutions do, its matmuls do not); the header says
+which. Entries are plain functions in ENTRIES; a model family adds one.
+
+On the GPU machine the references come with the script: ``scripts/yolo_torch.py`` and
+``scripts/lama_torch.py`` are plain-torch twins; MobileSAM's modules are read from ``.ref-sam/``
+(carry it, see README "Development"); ultralytics and torchvision are used where installed.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import os
+import re
 import statistics
+import sys
+import tempfile
 import time
-from typing import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core on Linux)
 from mlxnet import families
@@ -22,33 +36,58 @@ from mlxnet.env import switch
 import mlx.core as mx
 import numpy as np
 
-Bench = tuple[Callable[[], object], Callable[[], object] | None, str]  # (mlx run, torch run, note)
+sys.path.insert(0, str(Path(__file__).parent))  # the plain-torch references beside this script
 
 
-def timeit_pair(a: Callable[[], object], sync_a: Callable[[], None],
-                b: Callable[[], object] | None, sync_b: Callable[[], None],
-                warmup: int = 2, reps: int = 5, pause: float = 0.25) -> tuple[float, float]:
-    """Median wall times in ms of a() and b(), each call fully synchronised. The two alternate
-    rep by rep, so a noisy (shared, virtual) machine slows both alike and their ratio holds;
-    a pause before each call lets the other library's worker threads stop spinning (OpenMP
-    spins ~200 ms after a parallel region), which would otherwise steal the cores."""
-    def once(fn: Callable[[], object], sync: Callable[[], None]) -> float:
-        time.sleep(pause)
-        t = time.perf_counter()
-        fn()
-        sync()
-        return (time.perf_counter() - t) * 1e3
+@dataclass
+class Bench:
+    """One entry at one batch size and dtype: ``mlx()`` builds the forward's outputs (not yet
+    evaluated); the PyTorch module and its inputs, or None where there is no reference."""
+    mlx: Callable[[], Any]
+    torch_module: Any = None
+    torch_inputs: tuple = ()
+    note: str = ""
+    torch_dtype: str = "float32"
 
-    for _ in range(warmup):
-        once(a, sync_a)
-        if b is not None:
-            once(b, sync_b)
-    ta, tb = [], []
-    for _ in range(reps):
-        ta.append(once(a, sync_a))
-        if b is not None:
-            tb.append(once(b, sync_b))
-    return statistics.median(ta), (statistics.median(tb) if tb else float("nan"))
+
+Build = Callable[[str, int, str], Bench]  # (device, batch, dtype) -> Bench
+
+VIEWS = {"Reshape", "Broadcast", "Slice", "Transpose", "AsStrided", "Squeeze", "ExpandDims",
+         "Depends", "StopGradient", "Flatten", "Unflatten", "Split"}
+
+
+def primitives(outputs: Any) -> int:
+    """Primitives in the graph of ``outputs`` (unevaluated), views excluded: MLX launches about
+    one kernel for each (a compiled, fused chain is one)."""
+    leaves = [a for a in _leaves(outputs)]
+    with tempfile.NamedTemporaryFile("r", suffix=".dot") as f:
+        mx.export_to_dot(f.name, *leaves)
+        labels = re.findall(r'label ="([A-Za-z0-9_]+)"', f.read())
+    return sum(label not in VIEWS for label in labels)
+
+
+def _leaves(tree: Any) -> list[mx.array]:
+    if isinstance(tree, (list, tuple)):
+        return [a for t in tree for a in _leaves(t)]
+    if isinstance(tree, dict):
+        return [a for t in tree.values() for a in _leaves(t)]
+    return [tree] if isinstance(tree, mx.array) else []
+
+
+def time_alternating(runs: dict[str, Callable[[], None]], warmup: int, reps: int,
+                     pause: float) -> dict[str, float]:
+    """Median wall ms of each run (each call fully synchronised), alternating rep by rep. The
+    pause (CPU only) lets the other library's worker threads stop spinning (OpenMP spins
+    ~200 ms after a parallel region), which would otherwise steal the cores."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for rep in range(warmup + reps):
+        for name, run in runs.items():
+            time.sleep(pause)
+            t = time.perf_counter()
+            run()
+            if rep >= warmup:
+                times[name].append((time.perf_counter() - t) * 1e3)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def torch_device(device: str):
@@ -71,35 +110,46 @@ def torch_sync(dev) -> None:
         torch.mps.synchronize()
 
 
+def _torch_ready(module, inputs: tuple, device: str, dtype: str) -> tuple[Any, tuple, str]:
+    """Module and inputs on the device, in float16 where the device runs it (CUDA, MPS)."""
+    import torch
+
+    dev = torch_device(device)
+    half = dtype == "float16" and dev.type != "cpu"
+    module = module.eval().to(dev)
+    inputs = tuple(x.to(dev) for x in inputs)
+    if half:
+        module = module.half()
+        inputs = tuple(x.half() if x.is_floating_point() else x for x in inputs)
+    return module, inputs, "float16" if half else "float32"
+
+
+def _mlx_ready(model, dtype: str):
+    model.eval()
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
+    mx.eval(model.parameters())
+    return model
+
+
 # --- entries --------------------------------------------------------------------------------------
 
-def resnet_entry(name: str, batch: int = 1, size: int = 224) -> Callable[[str], Bench]:
-    def build(device: str) -> Bench:
+def resnet_entry(name: str, size: int = 224) -> Build:
+    def build(device: str, batch: int, dtype: str) -> Bench:
         import torch
 
         from mlxnet.models import resnet
 
-        model = resnet.resnet(name)
-        model.eval()
-        x = mx.random.normal((batch, size, size, 3))
-        mx.eval(model.parameters(), x)
-        run_mlx = lambda: mx.eval(model(x))  # noqa: E731
+        model = _mlx_ready(resnet.resnet(name), dtype)
+        x = mx.random.normal((batch, size, size, 3)).astype(getattr(mx, dtype))
         try:
             import torchvision
 
-            tmodel = getattr(torchvision.models, name)().eval()
-            note = "torchvision"
+            tmodel, note = getattr(torchvision.models, name)(), "torchvision"
         except Exception:  # torchvision missing or broken (PyPI's, against CPU torch here)
-            tmodel = _torch_resnet(name).eval()
-            note = "same architecture in plain torch (torchvision unavailable)"
-        dev = torch_device(device)
-        tmodel = tmodel.to(dev)
-        tx = torch.randn(batch, 3, size, size, device=dev)
-
-        def run_torch():
-            with torch.no_grad():
-                tmodel(tx)
-        return run_mlx, run_torch, note
+            tmodel, note = _torch_resnet(name), "same architecture in plain torch (torchvision unavailable)"
+        tmodel, tx, tdtype = _torch_ready(tmodel, (torch.randn(batch, 3, size, size),), device, dtype)
+        return Bench(lambda: model(x), tmodel, tx, note, tdtype)
     return build
 
 
@@ -144,52 +194,34 @@ def _torch_resnet(name: str):
     return tnn.Sequential(*layers)
 
 
-def yolo_entry(scale: str, size: int = 640) -> Callable[[str], Bench]:
-    """YOLOv8 network forward (BN folded, as both predictors run it) on one 640x640 image, vs
-    ultralytics' DetectionModel where the ultralytics package imports (it needs torchvision)."""
-    def build(device: str) -> Bench:
+def yolo_entry(scale: str, size: int = 640) -> Build:
+    """YOLOv8 network forward (BN folded, as both predictors run it) on size² images, vs
+    ultralytics' DetectionModel where it imports, else the same network in plain torch."""
+    def build(device: str, batch: int, dtype: str) -> Bench:
+        import torch
+
         from mlxnet.models import yolo
 
-        net = yolo.YOLOv8(scale).fuse()
-        x = mx.random.uniform(shape=(1, size, size, 3))
-        mx.eval(net.parameters(), x)
-        run_mlx = lambda: mx.eval(net(x))  # noqa: E731
+        net = _mlx_ready(yolo.YOLOv8(scale).fuse(), dtype)
+        x = mx.random.uniform(shape=(batch, size, size, 3)).astype(getattr(mx, dtype))
         try:
-            import torch
             from ultralytics.nn.tasks import DetectionModel
 
-            dev = torch_device(device)
-            tmodel = DetectionModel(f"yolov8{scale}.yaml", verbose=False).eval().fuse(verbose=False).to(dev)
-            tx = torch.rand(1, 3, size, size, device=dev)
-
-            def run_torch():
-                with torch.no_grad():
-                    tmodel(tx)
-            return run_mlx, run_torch, "ultralytics DetectionModel (fused)"
-        except ImportError:  # ultralytics needs torchvision: time the same network in plain torch
-            import sys
-            from pathlib import Path
-
-            import torch
-
-            sys.path.insert(0, str(Path(__file__).parent))
+            tmodel = DetectionModel(f"yolov8{scale}.yaml", verbose=False).eval().fuse(verbose=False)
+            note = "ultralytics DetectionModel (fused)"
+        except ImportError:  # ultralytics needs torchvision
             import yolo_torch
 
-            dev = torch_device(device)
-            tmodel = yolo_torch.YOLOv8(scale).eval().to(dev)
-            tx = torch.rand(1, 3, size, size, device=dev)
-
-            def run_plain():
-                with torch.no_grad():
-                    tmodel(tx)
-            return run_mlx, run_plain, "same network in plain torch (scripts/yolo_torch.py; ultralytics unavailable)"
+            tmodel, note = yolo_torch.YOLOv8(scale), "same network in plain torch (scripts/yolo_torch.py)"
+        tmodel, tx, tdtype = _torch_ready(tmodel, (torch.rand(batch, 3, size, size),), device, dtype)
+        return Bench(lambda: net(x), tmodel, tx, note, tdtype)
     return build
 
 
 def yolo_nms_entry(candidates: int) -> Callable[[str], Bench]:
     """Postprocess (threshold + class-aware NMS, max_det 300) of one 640x640 head output (8400
     anchors) with about ``candidates`` boxes over the threshold, vs ultralytics' NMS."""
-    def build(device: str) -> Bench:
+    def build(device: str, batch: int, dtype: str) -> Bench:
         from mlxnet.models import yolo
         from mlxnet.models.yolo_process import postprocess
 
@@ -204,122 +236,210 @@ def yolo_nms_entry(candidates: int) -> Callable[[str], Bench]:
             from ultralytics.utils.nms import non_max_suppression
 
             tpred = torch.from_numpy(np.array(pred).T[None].copy()).to(torch_device(device))
-            return run_mlx, lambda: non_max_suppression(tpred, conf, 0.7), note + "; vs ultralytics NMS"
+            return Bench(run_mlx, _Call(lambda p: non_max_suppression(p, conf, 0.7)), (tpred,),
+                         note + "; vs ultralytics NMS")
         except ImportError:
-            return run_mlx, None, note
+            return Bench(run_mlx, note=note)
     return build
 
 
-def sam_entry(part: str) -> Callable[[str], Bench]:
-    """SAM-tiny: the TinyViT encoder on one 1024x1024 image ("encoder"), or one point prompt through
-    the prompt encoder + mask decoder ("decoder", 3 masks), vs MobileSAM's modules (scripts/sam_reference.py)."""
-    def build(device: str) -> Bench:
-        from mlxnet.models import sam
+class _Call:
+    """A function standing where a PyTorch module would (no .half(), never compiled)."""
 
-        model = sam.sam_tiny()
-        x = mx.random.normal((1, 1024, 1024, 3))
-        emb = mx.random.normal((1, 64, 64, 256))
-        pts, labels = mx.array([[[500.0, 400.0]]]), mx.array([[1]])
-        mx.eval(model.parameters(), x, emb)
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
 
-        def run_mlx():
-            if part == "encoder":
-                return mx.eval(model.image_encoder(x))
-            sparse, dense = model.prompt_encoder((pts, labels), None, None)
-            mx.eval(model.mask_decoder(emb, model.prompt_encoder.get_dense_pe(), sparse, dense, True))
-        try:
-            import sys
-            from pathlib import Path
-
-            import torch
-
-            sys.path.insert(0, str(Path(__file__).parent))
-            import sam_reference
-
-            m = sam_reference.modeling()
-        except ImportError as e:
-            return run_mlx, None, str(e)
-        dev = torch_device(device)
-        enc = m.TinyViT(img_size=1024, embed_dims=[64, 128, 160, 320], depths=[2, 2, 6, 2], num_heads=[2, 4, 5, 10],
-                        window_sizes=[7, 7, 14, 7], drop_path_rate=0.0, layer_lr_decay=0.8).eval().to(dev)
-        penc = m.PromptEncoder(embed_dim=256, image_embedding_size=(64, 64), input_image_size=(1024, 1024),
-                               mask_in_chans=16).eval().to(dev)
-        dec = m.MaskDecoder(num_multimask_outputs=3, transformer=m.TwoWayTransformer(
-            depth=2, embedding_dim=256, mlp_dim=2048, num_heads=8), transformer_dim=256).eval().to(dev)
-        tx, temb = torch.randn(1, 3, 1024, 1024, device=dev), torch.randn(1, 256, 64, 64, device=dev)
-        tpts, tlab = torch.tensor([[[500.0, 400.0]]], device=dev), torch.tensor([[1]], device=dev)
-
-        def run_torch():
-            with torch.no_grad():
-                if part == "encoder":
-                    return enc(tx)
-                sparse, dense = penc((tpts, tlab), None, None)
-                dec(temb, penc.get_dense_pe(), sparse, dense, True)
-        return run_mlx, run_torch, "MobileSAM (github ChaoningZhang/MobileSAM)"
-    return build
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
 
 
-def lama_entry(size: int = 512, dtype: str = "float32") -> Callable[[str], Bench]:
-    """LaMa (big-lama) generator on one size x size masked image + mask, vs the same generator in
-    plain PyTorch (scripts/lama_torch.py, checked against advimman/lama by scripts/golden_lama.py).
-    float16: the mlxnet model in float16 (FFTs stay float32); torch in float16 on CUDA, else float32."""
-    def build(device: str) -> Bench:
-        import sys
-        from pathlib import Path
+def _mobile_sam():
+    import sam_reference
 
+    return sam_reference.modeling()
+
+
+def sam_encoder_entry(size: int = 1024) -> Build:
+    """SAM-tiny's TinyViT encoder on size² images, vs MobileSAM's (scripts/sam_reference.py)."""
+    def build(device: str, batch: int, dtype: str) -> Bench:
         import torch
 
-        from mlxnet.models.lama import LaMa
+        from mlxnet.models import sam
 
-        model = LaMa()
-        if dtype != "float32":
-            model.set_dtype(getattr(mx, dtype))
-        x = mx.random.uniform(shape=(1, size, size, 4))
-        mx.eval(model.parameters(), x)
-        run_mlx = lambda: mx.eval(model(x))  # noqa: E731
-        sys.path.insert(0, str(Path(__file__).parent))
-        import lama_torch
-
-        dev = torch_device(device)
-        half = dtype != "float32" and dev.type == "cuda"
-        tmodel = lama_torch.Generator().eval().to(dev)
-        tx = torch.rand(1, 4, size, size, device=dev)
-        if half:
-            tmodel, tx = tmodel.half(), tx.half()
-
-        def run_torch():
-            with torch.no_grad():
-                tmodel(tx)
-        return run_mlx, run_torch, f"plain-torch big-lama ({'float16' if half else 'float32'})"
+        encoder = _mlx_ready(sam.sam_tiny().image_encoder, dtype)
+        x = mx.random.normal((batch, size, size, 3)).astype(getattr(mx, dtype))
+        try:
+            m = _mobile_sam()
+        except ImportError as e:
+            return Bench(lambda: encoder(x), note=str(e))
+        tmodel = m.TinyViT(img_size=size, embed_dims=[64, 128, 160, 320], depths=[2, 2, 6, 2],
+                           num_heads=[2, 4, 5, 10], window_sizes=[7, 7, 14, 7], drop_path_rate=0.0,
+                           layer_lr_decay=0.8)
+        tmodel, tx, tdtype = _torch_ready(tmodel, (torch.randn(batch, 3, size, size),), device, dtype)
+        return Bench(lambda: encoder(x), tmodel, tx, "MobileSAM TinyViT (github ChaoningZhang/MobileSAM)", tdtype)
     return build
 
 
-ENTRIES: dict[str, Callable[[str], Bench]] = {
+def sam_decoder_entry() -> Build:
+    """SAM-tiny's prompt encoder + mask decoder: ``batch`` one-point prompts on one image's
+    embedding (3 masks each), vs MobileSAM's modules."""
+    def build(device: str, batch: int, dtype: str) -> Bench:
+        import torch
+
+        from mlxnet.models import sam
+
+        model = _mlx_ready(sam.sam_tiny(), dtype)
+        emb = mx.random.normal((1, 64, 64, 256)).astype(getattr(mx, dtype))
+        pts = mx.random.uniform(0, 1024, (batch, 1, 2))
+        labels = mx.ones((batch, 1), mx.int32)
+        pe = model.prompt_encoder.get_dense_pe()
+
+        def run_mlx():
+            sparse, dense = model.prompt_encoder((pts, labels), None, None)
+            return model.mask_decoder(emb, pe, sparse, dense, True)
+        try:
+            m = _mobile_sam()
+        except ImportError as e:
+            return Bench(run_mlx, note=str(e))
+
+        class Decoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.penc = m.PromptEncoder(embed_dim=256, image_embedding_size=(64, 64),
+                                            input_image_size=(1024, 1024), mask_in_chans=16)
+                self.dec = m.MaskDecoder(num_multimask_outputs=3, transformer=m.TwoWayTransformer(
+                    depth=2, embedding_dim=256, mlp_dim=2048, num_heads=8), transformer_dim=256)
+
+            def half(self):  # the prompt encoder's positional encoding stays float32, as in mlxnet
+                self.dec.half()
+                return self
+
+            def forward(self, emb, pts, labels):
+                sparse, dense = self.penc((pts, labels), None, None)
+                return self.dec(emb, self.penc.get_dense_pe(), sparse.to(emb.dtype), dense.to(emb.dtype), True)
+        tmodel, (temb, tpts, tlab), tdtype = _torch_ready(
+            Decoder(), (torch.randn(1, 256, 64, 64), torch.rand(batch, 1, 2) * 1024,
+                        torch.ones(batch, 1, dtype=torch.int64)), device, dtype)
+        tpts = tpts.float()  # the prompt encoder's positional encoding runs in float32
+        return Bench(run_mlx, tmodel, (temb, tpts, tlab), "MobileSAM prompt encoder + mask decoder", tdtype)
+    return build
+
+
+def lama_entry(size: int = 512) -> Build:
+    """LaMa (big-lama) generator on size² masked images + masks, vs the same generator in plain
+    PyTorch (scripts/lama_torch.py, checked against advimman/lama by scripts/golden_lama.py).
+    float16: mlxnet's FourierUnits stay float32 (as LaMa.set_dtype does); torch all float16."""
+    def build(device: str, batch: int, dtype: str) -> Bench:
+        import torch
+
+        import lama_torch
+        from mlxnet.models.lama import LaMa
+
+        model = _mlx_ready(LaMa(), dtype)
+        x = mx.random.uniform(shape=(batch, size, size, 4))
+        tmodel, tx, tdtype = _torch_ready(lama_torch.Generator(), (torch.rand(batch, 4, size, size),), device, dtype)
+        return Bench(lambda: model(x), tmodel, tx, "plain-torch big-lama", tdtype)
+    return build
+
+
+ENTRIES: dict[str, Build] = {
     "resnet18": resnet_entry("resnet18"),
     "resnet50": resnet_entry("resnet50"),
     **{f"yolov8{s}": yolo_entry(s) for s in "nsmlx"},
     "yolov8-nms-300": yolo_nms_entry(300), "yolov8-nms-8400": yolo_nms_entry(8399),
-    "lama-512": lama_entry(512), "lama-512-fp16": lama_entry(512, "float16"),
-    "sam-tiny-encoder": sam_entry("encoder"), "sam-tiny-decoder": sam_entry("decoder"),
+    "sam-tiny-encoder": sam_encoder_entry(), "sam-tiny-decoder": sam_decoder_entry(),
+    "lama-512": lama_entry(512),
 }
+SINGLE = {"yolov8-nms-300", "yolov8-nms-8400"}  # postprocessing: one batch size, float32
 
 
-def family_entry(variant: str) -> Callable[[str], Bench]:
+def family_entry(variant: str) -> Build:
     """Any registered model variant, through the model interface (no PyTorch baseline)."""
-    def build(device: str) -> Bench:
+    def build(device: str, batch: int, dtype: str) -> Bench:
         family = families.family_of(variant)
-        model = family.checked(family.build(variant))
+        model = _mlx_ready(family.checked(family.build(variant)), dtype)
         inputs = family.example_inputs(variant, family.default_size)
-        mx.eval(model.parameters(), inputs)
-        return lambda: mx.eval(model(*inputs)), None, "no PyTorch baseline in this script"
+        mx.eval(inputs)
+        return Bench(lambda: model(*inputs), note="no PyTorch baseline in this script")
     return build
 
 
-def entries() -> dict[str, Callable[[str], Bench]]:
+def entries() -> dict[str, Build]:
     """The hand-made entries (with PyTorch baselines), then every other registered variant."""
     covered = {name.split("-encoder")[0].split("-decoder")[0].split("-512")[0] for name in ENTRIES}
     extra = {v: family_entry(v) for v in families.variants() if v not in covered and v not in ENTRIES}
     return {**ENTRIES, **extra}
+
+
+# --- running --------------------------------------------------------------------------------------
+
+def measure(bench: Bench, device: str, reps: int, torch_compile: bool) -> dict[str, Any]:
+    """Times (ms) and primitive counts of one Bench."""
+    import torch
+
+    dev = torch_device(device)
+    pause = 0.25 if device == "cpu" else 0.0
+
+    def mlx_run(compiled: bool) -> Callable[[], None]:
+        def run() -> None:
+            with mlxnet.use_compile(compiled):
+                mx.eval(bench.mlx())
+            mx.synchronize()
+        return run
+
+    runs: dict[str, Callable[[], None]] = {"mlxnet_eager": mlx_run(False)}
+    default_compiled = mlxnet.compile_enabled()
+    if default_compiled:
+        runs["mlxnet"] = mlx_run(True)
+
+    def torch_run(module: Any) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad():
+                module(*bench.torch_inputs)
+            torch_sync(dev)
+        return run
+    if bench.torch_module is not None:
+        runs["torch"] = torch_run(bench.torch_module)
+        if torch_compile and not isinstance(bench.torch_module, _Call):
+            runs["torch_compile"] = torch_run(torch.compile(bench.torch_module, mode="reduce-overhead"))
+    # torch.compile compiles on its first calls: more warm-up where it runs.
+    result: dict[str, Any] = time_alternating(runs, warmup=5 if torch_compile else 2, reps=reps, pause=pause)
+    if not default_compiled:
+        result["mlxnet"] = result["mlxnet_eager"]
+    with mlxnet.use_compile(False):
+        result["launches_eager"] = primitives(bench.mlx())
+    with mlxnet.use_compile(True):
+        result["launches_compiled"] = primitives(bench.mlx())
+    return result
+
+
+def _free() -> None:
+    """Drop one entry's models before the next (MLX's and PyTorch's caches hold GPU memory)."""
+    gc.collect()
+    mx.clear_cache()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def _header(device: str) -> str:
+    import torch
+
+    dev = torch_device(device)
+    text = (f"mlxnet backend {mlxnet.backend()} (compiled by default: {mlxnet.compile_enabled()}; "
+            f"{mlxnet.blas_info()}); torch {torch.__version__} on {dev}, {torch.get_num_threads()} threads")
+    if dev.type == "cuda":
+        text += (f"; {torch.cuda.get_device_name()}; torch float32 TF32: conv "
+                 f"{torch.backends.cudnn.allow_tf32}, matmul {torch.backends.cuda.matmul.allow_tf32}")
+    return text
+
+
+def _ratio(a: float, b: float | None) -> str:
+    return f"{b / a:5.2f}x" if b and a == a and b == b else "    -"
 
 
 def main() -> None:
@@ -328,7 +448,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1])
+    ap.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--torch-compile", action="store_true",
+                    help='also time torch.compile(mode="reduce-overhead") (compiles each model: slow)')
     ap.add_argument("--json")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
     a = ap.parse_args()
@@ -336,26 +460,39 @@ def main() -> None:
         print("\n".join(entries()))
         return
     mlxnet.use_device(a.device)
-    import torch
-
-    dev = torch_device(a.device)
-    # Build or load the CPU primitives before any timing.
-    native = mlxnet.native_info(build=a.device == "cpu")
-    print(f"mlxnet backend {mlxnet.backend()} ({mlxnet.blas_info()}; malloc "
-          f"{mlxnet.malloc_info()}; CPU primitives {native}); torch {torch.__version__} on {dev}, "
-          f"{torch.get_num_threads()} threads")
-    print(f"{'model':24s} {'mlxnet ms':>10s} {'torch ms':>10s} {'mlxnet/torch':>13s}  note")
+    mlxnet.native_info(build=a.device == "cpu")  # build or load the CPU primitives before timing
+    print(_header(a.device))
+    print(f"{'model':18s} {'b':>2s} {'dtype':8s} {'eager':>8s} {'mlxnet':>8s} {'torch':>8s} "
+          f"{'t.comp':>8s} {'vs torch':>8s} {'launches':>10s}  note   (ms; 'vs torch' = torch / mlxnet)")
     rows = []
     for name, build in entries().items():
         if a.only and name not in a.only:
             continue
-        run_mlx, run_torch, note = build(a.device)
-        t_mlx, t_torch = timeit_pair(run_mlx, mx.synchronize, run_torch, lambda: torch_sync(dev), reps=a.reps)
-        rows.append({"model": name, "mlxnet_ms": t_mlx, "torch_ms": t_torch, "note": note})
-        print(f"{name:24s} {t_mlx:10.1f} {t_torch:10.1f} {t_mlx / t_torch:13.2f}  {note}", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": a.device, "backend": mlxnet.backend(), "rows": rows}, f, indent=1)
+        for batch in ([1] if name in SINGLE else a.batch):
+            for dtype in (["float32"] if name in SINGLE else a.dtype):
+                try:
+                    bench = build(a.device, batch, dtype)
+                    r = measure(bench, a.device, a.reps, a.torch_compile)
+                except Exception as e:  # noqa: BLE001 - one failing entry must not lose the others
+                    print(f"{name:18s} {batch:2d} {dtype:8s} failed: {type(e).__name__}: {str(e).splitlines()[0]}",
+                          flush=True)
+                    _free()
+                    continue
+                row = {"model": name, "batch": batch, "dtype": dtype, "torch_dtype": bench.torch_dtype,
+                       "note": bench.note, **r}
+                rows.append(row)
+                t, tc = r.get("torch"), r.get("torch_compile")
+                print(f"{name:18s} {batch:2d} {dtype:8s} {r['mlxnet_eager']:8.2f} {r['mlxnet']:8.2f} "
+                      f"{t if t else float('nan'):8.2f} {tc if tc else float('nan'):8.2f} "
+                      f"{_ratio(r['mlxnet'], t):>8s} {r['launches_eager']:4d}/{r['launches_compiled']:<4d}  "
+                      f"{bench.note}{'' if bench.torch_dtype == dtype or t is None else ' (torch ' + bench.torch_dtype + ')'}",
+                      flush=True)
+                del bench
+                _free()
+                if a.json:  # after every row: a run cut short keeps what it measured
+                    with open(a.json, "w") as f:
+                        json.dump({"device": a.device, "backend": mlxnet.backend(), "header": _header(a.device),
+                                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

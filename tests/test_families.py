@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import mlx.core as mx
@@ -48,6 +49,7 @@ def _bench_script():
     path = Path(__file__).resolve().parents[1] / "scripts" / "bench_models.py"
     spec = importlib.util.spec_from_file_location("bench_models", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

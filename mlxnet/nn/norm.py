@@ -27,7 +27,7 @@ def batch_norm_relu(bn: nn.BatchNorm, x: mx.array) -> mx.array:
 
 class LayerNorm2d(LayerNorm):
     """SAM's LayerNorm2d normalises each pixel over channels; in NHWC that is the last axis, so
-    it is :class:`LayerNorm` (through the registry's layer_norm kernel) under SAM's name."""
+    it is :class:`LayerNorm` (the registry's layer_norm op) under SAM's name."""
 
 
 class FrozenBatchNorm2d(nn.Module):

@@ -23,9 +23,10 @@ from typing import Sequence
 import mlx.core as mx
 
 from .. import _native
+from ..device import is_tracing
 from ..errors import MlxnetError
 from .args import as_tuple
-from .activations import _silu_gpu, silu
+from .activations import silu
 from .registry import register
 
 Pair = tuple[int, int]
@@ -72,7 +73,7 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
     y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
                   groups=groups)
     if activation == "silu":
-        return _silu_gpu(y, bias)
+        return silu(y, bias)
     return y if bias is None else y + bias
 
 
@@ -217,8 +218,10 @@ def _conv2d_cpu(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
         bands.append(_conv2d_cpu_band(band, weight, bias, stride=stride, padding=(0, padding[1]),
                                       dilation=dilation, groups=groups, activation=activation))
         # One at a time: MLX allocates an op's unfold buffer when it schedules the op and keeps
-        # several ops in flight, so lazily built bands would all hold theirs at once.
-        mx.eval(bands[-1])
+        # several ops in flight, so lazily built bands would all hold theirs at once. (Not in a
+        # compiled forward's trace, which cannot evaluate: there the bands are scheduled together.)
+        if not is_tracing():
+            mx.eval(bands[-1])
     return mx.concatenate(bands, axis=1)
 
 

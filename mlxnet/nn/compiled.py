@@ -1,0 +1,53 @@
+"""Inference forwards under ``mx.compile``, by default where it pays (GPU back ends).
+
+Run op by op, a forward pays per call for building its graph and for one kernel launch per op,
+and the elementwise tails of convs and matmuls (bias, BatchNorm, activation, residual add)
+each make their own pass over memory. Under ``mx.compile`` the graph is traced once per input
+shape and dtype, and each elementwise chain becomes one fused kernel.
+
+:func:`compiled_for_inference` decorates a model's ``__call__``: in eval mode, while
+:func:`mlxnet.compile_enabled` says so, the call runs compiled; in training mode, or with
+``MLXNET_COMPILE=0`` / ``with mlxnet.use_compile(False)``, it runs eagerly (the same code).
+The module's arrays are inputs of the compiled function, read at every call, so loading new
+weights or changing their dtype takes effect at once; a new input shape traces the forward
+again (each shape once). Python attributes read by the forward (flags, sizes) are taken as
+they were when a shape was first traced: after changing one, call :func:`recompile`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..device import backend, compile_enabled, kernels_enabled, tracing
+
+Call = TypeVar("Call", bound=Callable[..., Any])
+_CACHE = "_mlxnet_compiled_calls"  # an instance attribute, not a dict entry: not in the state
+
+
+def compiled_for_inference(call: Call) -> Call:
+    """Decorate a module's ``__call__`` so that its eval-mode forward runs compiled."""
+    @functools.wraps(call)
+    def run(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self.training or not compile_enabled():
+            return call(self, *args, **kwargs)
+        # Ops pick their face (kernel or definition) and device path while tracing.
+        key = (call.__qualname__, kernels_enabled(), backend())
+        calls = self.__dict__.setdefault(_CACHE, {})
+        if key not in calls:
+            def traced(*a: Any, **k: Any) -> Any:  # runs only while mx.compile traces
+                with tracing():
+                    return call(self, *a, **k)
+            calls[key] = mx.compile(traced, inputs=[self])
+        return calls[key](*args, **kwargs)
+    return run  # type: ignore[return-value]
+
+
+def recompile(module: nn.Module) -> nn.Module:
+    """Drop the compiled forwards of ``module`` and its submodules (they trace again on the next
+    call): after a change to a Python attribute the forward reads."""
+    for _, child in module.named_modules():
+        child.__dict__.pop(_CACHE, None)
+    return module
