@@ -23,7 +23,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from .. import _native
-from ..device import is_tracing
+from ..device import backend, is_tracing
 from ..errors import MlxnetError
 from .args import as_tuple
 from .activations import silu
@@ -157,16 +157,20 @@ def _im2col_gemm(native, x: mx.array, weight: mx.array, bias: mx.array | None, s
 
 def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.array | None = None, *,
                              activation: str | None = None) -> mx.array:
-    """1×1 conv (stride 1, OHWI weight) of ``mx.concatenate(xs, axis=-1)`` without building the
-    concatenation, then ``activation`` (None or ``"silu"``): with the CPU primitives, their
-    direct conv reading the parts in place; else one GEMM per part, each accumulating into the
-    last (addmm). The parts must share N, H, W; the weight's input channels follow the parts'
-    order."""
+    """1×1 conv (stride 1, OHWI weight) of ``mx.concatenate(xs, axis=-1)``, then ``activation``
+    (None or ``"silu"``). On the CPU without building the concatenation: with the CPU
+    primitives, their direct conv reading the parts in place; else one GEMM per part, each
+    accumulating into the last (addmm). On GPUs one copy builds the concatenation and one conv
+    reads it: a GEMM per part would make a pass over the whole output per part. The parts must
+    share N, H, W; the weight's input channels follow the parts' order."""
     c_out, c_in = weight.shape[0], weight.shape[-1]
     if weight.shape[1:3] != (1, 1) or sum(x.shape[-1] for x in xs) != c_in or len({x.shape[:3] for x in xs}) != 1:
         raise MlxnetError(f"pointwise conv: weight {tuple(weight.shape)} does not fit parts of shapes "
                           f"{[tuple(x.shape) for x in xs]}")
     _check_activation(activation)
+    if backend() != "cpu":
+        return conv2d(mx.concatenate(list(xs), axis=-1) if len(xs) > 1 else xs[0], weight, bias,
+                      activation=activation)
     native = _native.on_cpu()
     if (native is not None and len(xs) <= native.max_parts and all(x.dtype == mx.float32 for x in xs)
             and _direct_fits(xs[0], weight, 1, (0, 0), activation)):

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Every GPU-marked test (and, with --bench, the GPU benchmark) on the lent CUDA machine, in the
+# second of the two device calls (../shared/device/README.md; README "Development"):
+#
+#   call 1, carry [".mlx-cuda-a"]:             bash scripts/gpu_check.sh --stage
+#   call 2, carry [".mlx-cuda-b", ".ref-sam"]:  bash scripts/gpu_check.sh [--bench]
+#
+# Call 2 installs MLX's CUDA build and this checkout (into /tmp/proj, not the machine's Python),
+# then runs `pytest -m gpu` on 15 workers (about 5 minutes); --bench runs
+# scripts/bench_models.py --device gpu at batch 1 and 8, float32 and float16, instead, writing
+# $OUT/bench.json. Carrying .ref-sam (MobileSAM's modules, see scripts/sam_reference.py) gives
+# the SAM entries their PyTorch reference; without it they are timed alone.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+if [[ "${1:-}" == "--stage" ]]; then
+  mkdir -p /root/mlx-cuda-stage && cp .mlx-cuda-a/part.aa /root/mlx-cuda-stage/
+  echo "staged part A; run call 2 within 30 s"
+  exit 0
+fi
+source .mlx-cuda-b/env.sh
+bash .mlx-cuda-b/install.sh >/dev/null 2>&1 || { echo "MLX CUDA install failed (was call 1 run first?)"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/proj . >/dev/null 2>&1
+export PYTHONPATH=/tmp/proj:${PYTHONPATH:-}
+if [[ "${1:-}" == "--bench" ]]; then
+  shift
+  timeout 560 python3 scripts/bench_models.py --device gpu --batch 1 8 --dtype float32 float16 \
+    --json "${OUT:-/tmp}/bench.json" "$@" 2>&1 | grep -v -i warn
+  exit "${PIPESTATUS[0]}"
+fi
+# Outside the checkout, so that tests import the installed copy (with its built files).
+cd /tmp
+timeout 560 python3 -m pytest -q -m gpu -n 15 -p no:cacheprovider -p no:benchmark "$root/tests"

@@ -1,0 +1,150 @@
+"""Compiled inference forwards (mlxnet.nn.compiled_for_inference): the default on GPUs, forced
+here with use_compile(True) so that the CPU runs the same machinery."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+import mlxnet
+from mlxnet import families
+from mlxnet.nn import compiled_for_inference, recompile
+from mlxnet.nn.compiled import _CACHE
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = mlxnet.nn.Conv2d(3, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 5)
+        self.scale = 1.0  # a Python attribute the forward reads
+
+    @compiled_for_inference
+    def __call__(self, x: mx.array, pooled: bool = True) -> mx.array:
+        y = mlxnet.ops.silu(self.conv(x))
+        return self.fc(y.mean(axis=(1, 2)) if pooled else y) * self.scale
+
+
+def _compiled_calls(module: nn.Module) -> dict:
+    return module.__dict__.get(_CACHE, {})
+
+
+def test_eval_mode_compiles_once_and_matches_eager():
+    net = Net()
+    net.eval()
+    x = mx.random.normal((2, 8, 8, 3))
+    with mlxnet.use_compile(False):
+        eager = net(x)
+    assert not _compiled_calls(net)
+    with mlxnet.use_compile(True):
+        compiled = net(x)
+        again = net(x)
+    assert len(_compiled_calls(net)) == 1
+    np.testing.assert_allclose(np.array(compiled), np.array(eager), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.array(again), np.array(compiled))
+
+
+def test_new_shapes_arguments_and_weights_are_seen():
+    net = Net()
+    net.eval()
+    with mlxnet.use_compile(True):
+        a = net(mx.ones((1, 8, 8, 3)))
+        b = net(mx.ones((3, 5, 7, 3)), pooled=False)  # another shape and a constant argument
+        assert b.shape == (3, 5, 7, 5)
+        net.fc.weight = mx.zeros_like(net.fc.weight)  # new weights: read at every call
+        c = net(mx.ones((1, 8, 8, 3)))
+    assert a.shape == c.shape == (1, 5)
+    np.testing.assert_allclose(np.array(c), np.broadcast_to(np.array(net.fc.bias), (1, 5)), atol=1e-6)
+
+
+def test_python_attributes_need_recompile():
+    net = Net()
+    net.eval()
+    x = mx.ones((1, 4, 4, 3))
+    with mlxnet.use_compile(True):
+        before = np.array(net(x))
+        net.scale = 2.0
+        recompile(net)
+        after = np.array(net(x))
+    np.testing.assert_allclose(after, 2 * before, rtol=1e-6)
+
+
+def test_training_mode_runs_eagerly_and_differentiates():
+    net = Net()
+    net.train()
+    x = mx.random.normal((2, 8, 8, 3))
+    with mlxnet.use_compile(True):
+        loss, grads = nn.value_and_grad(net, lambda m, v: m(v).sum())(net, x)
+    assert not _compiled_calls(net)
+    assert float(mx.abs(grads["conv"]["weight"]).sum()) > 0
+
+
+def test_the_default_follows_the_back_end_and_the_switch(monkeypatch):
+    monkeypatch.delenv("MLXNET_COMPILE", raising=False)
+    assert mlxnet.compile_enabled() == (mlxnet.backend() != "cpu")
+    monkeypatch.setenv("MLXNET_COMPILE", "on")
+    assert mlxnet.compile_enabled()
+    monkeypatch.setenv("MLXNET_COMPILE", "0")
+    assert not mlxnet.compile_enabled()
+    with mlxnet.use_compile(True):
+        assert mlxnet.compile_enabled()
+    monkeypatch.setenv("MLXNET_COMPILE", "sometimes")
+    with pytest.raises(mlxnet.MlxnetError, match="MLXNET_COMPILE.*'auto'"):
+        mlxnet.compile_enabled()
+
+
+def test_switching_kernels_traces_again():
+    net = Net()
+    net.eval()
+    x = mx.random.normal((1, 6, 6, 3))
+    with mlxnet.use_compile(True):
+        with mlxnet.use_kernels(False):
+            definition = net(x)
+        fast = net(x)
+    assert len(_compiled_calls(net)) == 2
+    np.testing.assert_allclose(np.array(fast), np.array(definition), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["resnet18", "yolov8n", "sam-tiny", "lama"])
+def test_every_family_compiles_to_its_eager_output(variant):
+    """Each bundled family's network, compiled, gives its eager output (CPU fast paths in both)."""
+    family = families.family_of(variant)
+    model = family.checked(family.build(variant))
+    model.eval()
+    inputs = family.example_inputs(variant, 64)
+    with mlxnet.use_compile(False):
+        eager = model(*inputs)
+    with mlxnet.use_compile(True):
+        compiled = model(*inputs)
+    for e, c in zip(_leaves(eager), _leaves(compiled)):
+        assert e.shape == c.shape
+        np.testing.assert_allclose(np.array(c), np.array(e), rtol=2e-4, atol=2e-4 * float(mx.abs(e).max()) + 1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["resnet50", "yolov8n", "sam-tiny", "lama"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_compiled_gpu_forward_matches_eager(gpu, variant, dtype):
+    family = families.family_of(variant)
+    model = family.checked(family.build(variant))
+    model.eval()
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
+    inputs = [x.astype(getattr(mx, dtype)) if isinstance(x, mx.array) and mx.issubdtype(x.dtype, mx.floating) else x
+              for x in family.example_inputs(variant, 128)]
+    assert mlxnet.compile_enabled()  # the GPU default
+    with mlxnet.use_compile(False):
+        eager = model(*inputs)
+    compiled = model(*inputs)
+    tol = 2e-3 if dtype == "float32" else 2e-2  # TF32 / half: fusion changes rounding
+    for e, c in zip(_leaves(eager), _leaves(compiled)):
+        e32, c32 = np.array(e.astype(mx.float32)), np.array(c.astype(mx.float32))
+        assert np.isfinite(c32).all()
+        assert np.abs(c32 - e32).max() <= tol * (np.abs(e32).max() + 1e-6)
+
+
+def _leaves(tree) -> list[mx.array]:
+    if isinstance(tree, (list, tuple)):
+        return [a for t in tree for a in _leaves(t)]
+    return [tree] if isinstance(tree, mx.array) else []
