@@ -316,7 +316,7 @@ def sam_decoder_entry() -> Build:
 
             def forward(self, emb, pts, labels):
                 sparse, dense = self.penc((pts, labels), None, None)
-                return self.dec(emb, self.penc.get_dense_pe(), sparse.to(emb.dtype), dense.to(emb.dtype), True)
+                return self.dec(emb, self.penc.get_dense_pe().to(emb.dtype), sparse.to(emb.dtype), dense.to(emb.dtype), True)
         tmodel, (temb, tpts, tlab), tdtype = _torch_ready(
             Decoder(), (torch.randn(1, 256, 64, 64), torch.rand(batch, 1, 2) * 1024,
                         torch.ones(batch, 1, dtype=torch.int64)), device, dtype)
@@ -442,6 +442,23 @@ def _ratio(a: float, b: float | None) -> str:
     return f"{b / a:5.2f}x" if b and a == a and b == b else "    -"
 
 
+def markdown(rows: list[dict]) -> str:
+    """The README's table from a --json file: one line per model, batch and dtype."""
+    lines = ["| model | batch | dtype | mlxnet eager | mlxnet (default) | PyTorch eager | torch.compile | PyTorch / mlxnet | launches eager → compiled |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def ms(v: float | None) -> str:
+        return f"{v:.2f}" if v else "—"
+    for r in rows:
+        t = r.get("torch")
+        lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {ms(r['mlxnet_eager'])} | {ms(r['mlxnet'])} | "
+                     f"{ms(t)} | {ms(r.get('torch_compile'))} | {(t / r['mlxnet']) if t else 0:.2f}× | "
+                     f"{r['launches_eager']} → {r['launches_compiled']} |" if t else
+                     f"| {r['model']} | {r['batch']} | {r['dtype']} | {ms(r['mlxnet_eager'])} | {ms(r['mlxnet'])} | — | — | — | "
+                     f"{r['launches_eager']} → {r['launches_compiled']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     if switch("MLXNET_MALLOC") == "tuned":
         mlxnet.tune_cpu()  # as the mlxnet command does for its own process
@@ -455,7 +472,11 @@ def main() -> None:
                     help='also time torch.compile(mode="reduce-overhead") (compiles each model: slow)')
     ap.add_argument("--json")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
+    ap.add_argument("--markdown", metavar="JSON", help="print the table of a --json file as markdown and exit")
     a = ap.parse_args()
+    if a.markdown:
+        print(markdown(json.load(open(a.markdown))["rows"]))
+        return
     if a.list:
         print("\n".join(entries()))
         return
