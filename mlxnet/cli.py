@@ -70,3 +70,6 @@ def run() -> None:
 COMMANDS = ("info", "ops", "convert", "check", "classify", "detect", "segment", "inpaint")
 for _name in COMMANDS:
     app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
+# Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.
+for _name in ("train",):
+    app.add_typer(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name), name=_name)

@@ -78,6 +78,19 @@ def _to_8bit(im: Image.Image) -> Image.Image:
     return im
 
 
+@lru_cache(maxsize=1)
+def readable_extensions() -> frozenset[str]:
+    """Extensions (lower case, with the dot) that Pillow here registers a reader for."""
+    from PIL import Image
+
+    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
+
+
+def is_image_name(name: str) -> bool:
+    """A file name an image folder scan takes: not hidden, with an extension Pillow reads."""
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in readable_extensions()
+
+
 def load_image(path: PathLike, mode: str = "RGB") -> np.ndarray:
     """Read an image file as uint8 HWC RGB (``mode="L"``: HW grey), upright.
 

@@ -29,6 +29,12 @@ on stderr and the others go on; the command then ends with exit code 1 and, for 
 ``N of M images failed``. ``--json`` prints JSON Lines: one object per image on stdout, a failure
 as ``{"image": ..., "error": ...}``. On a terminal a progress bar (count, rate, ETA) is drawn on
 stderr; never under ``--json`` or when stderr is not a terminal.
+
+Under ``mlx.launch -n N`` each rank runs every N-th image (:func:`mlxnet.distributed.shard`) and
+writes its outputs, which together are the single-process outputs; every rank checks every
+output first, so a problem stops all of them before any work. Each rank prints its own lines
+(text or JSON Lines, in no fixed order across ranks); the failure count is summed over the ranks,
+rank 0 reports it and every rank exits with the job's code; only rank 0 draws a progress bar.
 """
 from __future__ import annotations
 
@@ -39,13 +45,14 @@ import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
 import typer
 
+from mlxnet import distributed
 from mlxnet.errors import MlxnetError
+from mlxnet.image import is_image_name as _is_image_name
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,16 +81,6 @@ class Source:
         return Path(self.name)
 
 
-@lru_cache(maxsize=1)
-def readable_extensions() -> frozenset[str]:
-    """Extensions (lower case, with the dot) that Pillow here registers a reader for."""
-    from PIL import Image
-
-    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
-
-
-def _is_image_name(name: str) -> bool:
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in readable_extensions()
 
 
 def is_pattern(arg: str) -> bool:
@@ -427,10 +424,12 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
             loaded.append(load())
         return loaded[0]
 
-    with progress_display(len(jobs), what, quiet=as_json) as display:
+    mine = distributed.shard(jobs)  # all of them, unless started by mlx.launch
+    with progress_display(len(mine), what, quiet=as_json or not distributed.is_main()) as display:
         failed = sum(_run_batch(group, model, prepare, predict, finish, display, as_json)
-                     for group in batches(jobs, batch))
+                     for group in batches(mine, batch))
+    failed = int(distributed.total(failed))  # every rank ends with the job's exit code
     if failed:
-        if len(jobs) > 1:
+        if len(jobs) > 1 and distributed.is_main():
             print(f"{failed} of {len(jobs)} images failed", file=sys.stderr)
         raise typer.Exit(1)

@@ -16,8 +16,9 @@ import numpy as np
 import typer
 
 from mlxnet.commands.images import (Job, Source, check_outputs, expand_inputs, load_model, mirror,
-                                    names_one_file, readable_extensions, run_jobs)
+                                    names_one_file, run_jobs)
 from mlxnet.errors import MlxnetError
+from mlxnet.image import readable_extensions
 
 
 def mask_finder(folder: Path) -> Callable[[Source], Path]:

@@ -156,8 +156,15 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: Wei
                           "convert the original checkpoint instead")
     weights, _ = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
     names = tuple(names) if names is not None else found.names
-    meta = {"format": FORMAT, "model": spec.id, "fold_bn": str(int(fold_bn)), "source": src_path.name,
-            "config": json.dumps(found.config)}
+    return save_converted(dst, weights, spec.id, found.config, names, source=src_path.name, fold_bn=fold_bn)
+
+
+def save_converted(dst: str | os.PathLike, weights: Mapping[str, mx.array], model: str, config: Mapping[str, Any],
+                   names: Sequence[str] | None, *, source: str, fold_bn: bool = False) -> Path:
+    """Write mlxnet-layout ``weights`` as a self-describing file (variant, configuration, class
+    names in the metadata), atomically: what ``mlxnet convert`` writes and every command loads."""
+    meta = {"format": FORMAT, "model": model, "fold_bn": str(int(fold_bn)), "source": source,
+            "config": json.dumps(dict(config))}
     if names is not None:
         meta["names"] = json.dumps(list(names))
     return save_safetensors(dst, weights, metadata=meta)

@@ -1,0 +1,233 @@
+"""The fine-tuning loop of ``mlxnet train classify``, data-parallel under ``mlx.launch``.
+
+One optimizer step takes a global batch of ``batch`` images in the epoch's order; rank r of N
+reads its N-th of it, and the gradients (of the mean loss over each rank's share) are averaged
+over the ranks (``mlx.nn.average_gradients``), so N ranks take the step one process would take
+on the whole batch. BatchNorm keeps its pretrained statistics (the layers run in inference mode
+while their scale and shift train), as is usual when fine-tuning with small per-device
+batches: every rank then computes the same function, and no statistics need synchronising.
+Only rank 0 writes checkpoints, the final model and the log.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten, tree_map
+
+from .. import distributed
+from ..errors import MlxnetError
+from ..weights import save_converted
+from . import data as D
+from .state import check_same_run, load_state, save_state
+
+PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
+
+
+@dataclass
+class TrainConfig:
+    data: str
+    model: str = "resnet18"
+    weights: str | None = None  # id or file; None: the model's hub weights; "none": random
+    output: str = "runs/classify"
+    epochs: int = 10
+    batch: int = 32  # global: split over the ranks
+    lr: float = 0.01
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    schedule: str = "cosine"
+    warmup: float = 0.0  # epochs
+    size: int = 224
+    val_split: float = 0.1
+    val_dir: str | None = None
+    precision: str = "float32"
+    seed: int = 0
+    resume: bool = False
+    max_steps: int | None = None
+    log: Callable[[str], None] = field(default=print, repr=False)
+
+    def run_settings(self, classes: tuple[str, ...]) -> dict:
+        """What a resumed run must share with the one it continues."""
+        keep = ("model", "epochs", "batch", "lr", "optimizer", "momentum", "weight_decay", "schedule",
+                "warmup", "size", "val_split", "precision", "seed")
+        return {**{k: v for k, v in asdict(self).items() if k in keep}, "classes": list(classes)}
+
+
+@dataclass
+class EpochReport:
+    epoch: int  # epochs completed
+    step: int  # optimizer steps taken
+    partial: bool  # stopped inside an epoch (--max-steps)
+    loss: float
+    val_accuracy: float | None
+    images_per_s: float
+
+
+def _datasets(cfg: TrainConfig) -> tuple[D.ImageFolder, D.ImageFolder | None]:
+    data = D.scan(cfg.data)
+    if cfg.val_dir is not None:
+        val = D.scan(cfg.val_dir)
+        D.same_classes(data, val, cfg.val_dir)
+        return data, val
+    if cfg.val_split == 0:
+        return data, None
+    return D.split(data, cfg.val_split, cfg.seed)
+
+
+def _network(cfg: TrainConfig, classes: tuple[str, ...]) -> nn.Module:
+    """The ResNet to fine-tune: pretrained (its head replaced unless it already has these
+    classes) or random; every rank builds the same one (seeded)."""
+    from ..models import resnet
+
+    mx.random.seed(cfg.seed)
+    if cfg.weights is not None and cfg.weights.lower() == "none" or cfg.resume:
+        return resnet.resnet(cfg.model, num_classes=len(classes))  # resume: the checkpoint fills it
+    net, names = resnet.load(cfg.weights or cfg.model, model=cfg.model)
+    if names is None or tuple(names) != classes:
+        net.fc = nn.Linear(net.fc.weight.shape[1], len(classes))
+    return net
+
+
+def _schedule(cfg: TrainConfig, steps_per_epoch: int) -> optim.schedulers.Callable | float:
+    total = max(1, cfg.epochs * steps_per_epoch)
+    warm = min(total - 1, round(cfg.warmup * steps_per_epoch))
+    if cfg.schedule == "cosine":
+        main = optim.cosine_decay(cfg.lr, total - warm)
+    elif cfg.schedule == "step":  # ×0.1 at a third and two thirds of the run
+        main = optim.step_decay(cfg.lr, 0.1, max(1, (total - warm) // 3))
+    elif cfg.schedule == "constant":
+        main = lambda step: mx.array(cfg.lr)  # noqa: E731
+    else:
+        raise MlxnetError(f"unknown schedule {cfg.schedule!r}: expected cosine, step or constant")
+    if warm == 0:
+        return main
+    return optim.join_schedules([optim.linear_schedule(cfg.lr / 100, cfg.lr, warm), main], [warm])
+
+
+def _optimizer(cfg: TrainConfig, steps_per_epoch: int) -> optim.Optimizer:
+    lr = _schedule(cfg, steps_per_epoch)
+    if cfg.optimizer == "sgd":
+        return optim.SGD(learning_rate=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return optim.AdamW(learning_rate=lr, weight_decay=cfg.weight_decay)
+    raise MlxnetError(f"unknown optimizer {cfg.optimizer!r}: expected sgd or adamw")
+
+
+def _train_mode(net: nn.Module) -> None:
+    net.train()
+    for _, m in net.named_modules():
+        if isinstance(m, nn.BatchNorm):
+            m.eval()  # pretrained statistics (see the module docstring)
+
+
+def _check(cfg: TrainConfig, n_train: int) -> None:
+    if cfg.precision not in PRECISIONS:
+        raise MlxnetError(f"unknown precision {cfg.precision!r}: expected {' or '.join(PRECISIONS)}")
+    if cfg.batch % distributed.size():
+        raise MlxnetError(f"--batch {cfg.batch} must be a multiple of the {distributed.size()} processes")
+    if cfg.batch > n_train:
+        raise MlxnetError(f"--batch {cfg.batch} is larger than the {n_train} training images")
+    if cfg.epochs < 1:
+        raise MlxnetError(f"--epochs must be at least 1, got {cfg.epochs}")
+
+
+def train(cfg: TrainConfig) -> list[EpochReport]:
+    """Fine-tune; write ``output/last.safetensors`` after every epoch and ``output/model.safetensors``
+    (the classifier with its class names) at the end. Returns each epoch's report."""
+    train_set, val_set = _datasets(cfg)
+    _check(cfg, len(train_set))
+    out = Path(cfg.output)
+    settings = cfg.run_settings(train_set.classes)
+    steps_per_epoch = len(train_set) // cfg.batch
+    net = _network(cfg, train_set.classes)
+    opt = _optimizer(cfg, steps_per_epoch)
+    dtype = PRECISIONS[cfg.precision]
+    master = tree_map(lambda p: p.astype(mx.float32), net.trainable_parameters())
+    opt.init(master)
+    epoch = step = 0
+    if cfg.resume:
+        state = load_state(out / "last.safetensors")
+        check_same_run(out / "last.safetensors", state.run, settings)
+        net.update(state.model)
+        master = tree_map(lambda p: p.astype(mx.float32), net.trainable_parameters())
+        opt.state = state.optimizer
+        epoch, step = state.epoch, state.step
+    mx.eval(net.parameters(), master, opt.state)
+    _train_mode(net)
+
+    def loss_fn(model: nn.Module, x: mx.array, y: mx.array) -> mx.array:
+        return nn.losses.cross_entropy(model(x).astype(mx.float32), y, reduction="mean")
+
+    grad_fn = nn.value_and_grad(net, loss_fn)
+    local = cfg.batch // distributed.size()
+    rank = distributed.rank()
+    reports = []
+    while epoch < cfg.epochs:
+        order = D.epoch_order(len(train_set), cfg.seed, epoch)
+        start, losses, seen = time.perf_counter(), [], 0
+        for s in range(steps_per_epoch):
+            if cfg.max_steps is not None and step >= cfg.max_steps:
+                break
+            mine = order[s * cfg.batch + rank * local: s * cfg.batch + (rank + 1) * local]
+            images, labels = D.batch_of(train_set, mine, cfg.size, epoch=epoch, seed=cfg.seed)
+            net.update(tree_map(lambda p: p.astype(dtype), master))
+            loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
+            grads = nn.average_gradients(tree_map(lambda g: g.astype(mx.float32), grads))
+            master = opt.apply_gradients(grads, master)
+            mx.eval(master, opt.state, loss)
+            losses.append(float(loss))
+            step, seen = step + 1, seen + cfg.batch
+        stopped = cfg.max_steps is not None and step >= cfg.max_steps and len(losses) < steps_per_epoch
+        net.update(master)
+        if stopped and not losses:
+            break
+        if not stopped:
+            epoch += 1
+        report = EpochReport(epoch, step, stopped, float(distributed.total(float(np.mean(losses)))) / distributed.size(),
+                             _accuracy(net, val_set, cfg) if val_set is not None else None,
+                             seen / (time.perf_counter() - start))
+        reports.append(report)
+        _log_epoch(cfg, report)
+        if distributed.is_main():
+            save_state(out / "last.safetensors", dict(tree_flatten(net.parameters())), opt.state, epoch, step, settings)
+        _train_mode(net)
+        if stopped:
+            break
+    net.update(master)
+    net.eval()
+    if distributed.is_main():
+        save_converted(out / "model.safetensors", dict(tree_flatten(net.parameters())), cfg.model,
+                       {"num_classes": len(train_set.classes)}, train_set.classes, source=f"mlxnet train {cfg.data}")
+        cfg.log(f"wrote {out / 'model.safetensors'} (mlxnet classify --weights {out / 'model.safetensors'})")
+    return reports
+
+
+def _accuracy(net: nn.Module, val_set: D.ImageFolder, cfg: TrainConfig) -> float:
+    """Top-1 accuracy on the validation set, each rank scoring its share."""
+    net.eval()
+    mine = distributed.shard(range(len(val_set)))
+    correct = 0
+    for i in range(0, len(mine), 64):
+        images, labels = D.batch_of(val_set, mine[i:i + 64], cfg.size, epoch=None, seed=cfg.seed)
+        logits = net(mx.array(images).astype(PRECISIONS[cfg.precision]))
+        correct += int((np.array(mx.argmax(logits, axis=-1)) == labels).sum())
+    return distributed.total(correct) / len(val_set)
+
+
+def _log_epoch(cfg: TrainConfig, r: EpochReport) -> None:
+    if not distributed.is_main():
+        return
+    val = f"  val accuracy {r.val_accuracy:.1%}" if r.val_accuracy is not None else ""
+    where = (f"step {r.step} (stopped in epoch {r.epoch + 1}/{cfg.epochs})" if r.partial
+             else f"epoch {r.epoch}/{cfg.epochs}")
+    cfg.log(f"{where}  loss {r.loss:.4f}{val}  {r.images_per_s:.1f} images/s"
+            + (f"  ({distributed.size()} processes)" if distributed.size() > 1 else ""))
+    sys.stdout.flush()
