@@ -51,3 +51,9 @@ def total(value: float) -> float:
         return mx.distributed.all_sum(x, group=group(), stream=mx.cpu).item()
     except (RuntimeError, ValueError):  # NCCL runs on the GPU's
         return mx.distributed.all_sum(x, group=group()).item()
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (``mlx.launch`` stops the others as soon as one rank
+    exits with an error: what rank 0 still has to say must be said before)."""
+    total(0.0)

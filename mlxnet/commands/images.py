@@ -429,7 +429,9 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
         failed = sum(_run_batch(group, model, prepare, predict, finish, display, as_json)
                      for group in batches(mine, batch))
     failed = int(distributed.total(failed))  # every rank ends with the job's exit code
+    if failed and len(jobs) > 1 and distributed.is_main():
+        print(f"{failed} of {len(jobs)} images failed", file=sys.stderr, flush=True)
+    if distributed.size() > 1:
+        distributed.barrier()
     if failed:
-        if len(jobs) > 1 and distributed.is_main():
-            print(f"{failed} of {len(jobs)} images failed", file=sys.stderr)
         raise typer.Exit(1)

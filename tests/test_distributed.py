@@ -1,0 +1,136 @@
+"""Two processes on this machine through MLX's ring back end (loopback only), against one:
+a data-parallel training step, and image commands sharding their files."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from PIL import Image
+
+from mlxnet.models import yolo
+
+from test_train import TINY, make_folder
+
+LAUNCH = Path(sys.executable).with_name("mlx.launch")
+MLXNET = Path(sys.executable).with_name("mlxnet")
+pytestmark = pytest.mark.skipif(not LAUNCH.exists(), reason="mlx.launch is installed with mlx")
+
+
+def _free_port_pair() -> int:
+    """A port p with p + 1 free too (the ring gives rank r port p + r)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65000:
+            try:
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+def launch(*args, ranks: int = 2, check: bool = True) -> subprocess.CompletedProcess:
+    """``mlx.launch --backend ring -n RANKS mlxnet ARGS`` on 127.0.0.1, bounded in time."""
+    cmd = [str(LAUNCH), "--backend", "ring", "-n", str(ranks), "--hosts", "127.0.0.1",
+           "-p", str(_free_port_pair()), str(MLXNET), *map(str, args)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def single(*args) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(MLXNET), *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_one_data_parallel_step_equals_one_process(tmp_path):
+    folder = make_folder(tmp_path / "data", {"a": (200, 40, 40), "b": (40, 60, 200), "c": (40, 200, 60)}, 4)
+    args = ["train", "classify", folder, *TINY, "--epochs", "1", "--val-split", "0", "--max-steps", "1"]
+    single(*args, "-o", tmp_path / "one")
+    two = launch(*args, "-o", tmp_path / "two")
+    assert "(2 processes)" in two.stdout and two.stdout.count("wrote ") == 1  # rank 0 logs and writes
+    one = mx.load(str(tmp_path / "one" / "model.safetensors"))
+    par = mx.load(str(tmp_path / "two" / "model.safetensors"))
+    mx.random.seed(0)  # the run's seed: the model before its step
+    from mlxnet.models import resnet
+    start = dict(__import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(resnet.resnet("resnet18", 3).parameters()))
+    assert one.keys() == par.keys() == start.keys()
+    moved = 0.0
+    for key in one:
+        np.testing.assert_allclose(np.array(par[key]), np.array(one[key]), rtol=1e-5, atol=1e-6, err_msg=key)
+        moved = max(moved, float(mx.abs(one[key] - start[key]).max()))
+    assert moved > 1e-4  # the step changed the weights
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pictures")
+    rng = np.random.default_rng(3)
+    for i in range(5):
+        sub = root / ("deep" if i % 2 else ".")
+        sub.mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (48 + 8 * i, 64, 3), dtype=np.uint8)).save(sub / f"p{i}.png")
+    return root
+
+
+def _records(stdout: str) -> list[dict]:
+    return sorted((json.loads(line) for line in stdout.splitlines() if line.startswith("{")),
+                  key=lambda r: r["image"])
+
+
+def test_sharded_classify_prints_what_one_process_prints(tmp_path, pictures):
+    folder = make_folder(tmp_path / "data", {"x": (200, 40, 40), "y": (40, 60, 200)}, 4)
+    single("train", "classify", folder, *TINY, "--epochs", "1", "--val-split", "0", "-o", tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    alone = _records(single("classify", pictures, "-w", weights, "--json", "--batch", "2").stdout)
+    shared = _records(launch("classify", pictures, "-w", weights, "--json", "--batch", "2").stdout)
+    assert len(alone) == 5 and {r["top"][0]["label"] for r in alone} <= {"x", "y"}
+    assert [r["image"] for r in shared] == [r["image"] for r in alone]
+    for a, b in zip(alone, shared):
+        assert [t["label"] for t in a["top"]] == [t["label"] for t in b["top"]]
+        np.testing.assert_allclose([t["probability"] for t in b["top"]], [t["probability"] for t in a["top"]],
+                                   rtol=1e-5)
+
+
+def test_sharded_detect_writes_the_same_files(tmp_path, pictures):
+    weights = tmp_path / "yolo.safetensors"
+    yolo.seeded("n", 1234, 2.5, 5.0).save_weights(str(weights))
+    common = ["-w", weights, "--imgsz", "64", "--conf", "0.3", "--json"]
+    alone = single("detect", pictures, "-o", tmp_path / "alone", *common)
+    shared = launch("detect", pictures, "-o", tmp_path / "shared", *common)
+    files = sorted(p.relative_to(tmp_path / "alone") for p in (tmp_path / "alone").rglob("*.png"))
+    assert len(files) == 5
+    assert sorted(p.relative_to(tmp_path / "shared") for p in (tmp_path / "shared").rglob("*.png")) == files
+    for rel in files:
+        a = np.array(Image.open(tmp_path / "alone" / rel))
+        b = np.array(Image.open(tmp_path / "shared" / rel))
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 1, rel
+    assert [r["image"] for r in _records(shared.stdout)] == [r["image"] for r in _records(alone.stdout)]
+
+
+def test_failures_are_counted_over_all_ranks(tmp_path, pictures):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        (folder / name).write_bytes((pictures / "p0.png").read_bytes())
+    (folder / "broken1.png").write_bytes(b"not a png")
+    (folder / "broken2.png").write_bytes(b"not a png either")
+    weights = tmp_path / "yolo.safetensors"
+    yolo.seeded("n", 1234, 2.5, 5.0).save_weights(str(weights))
+    done = launch("detect", folder, "-w", weights, "--imgsz", "64", "-o", tmp_path / "out", check=False)
+    # Summed over the ranks and reported once, by rank 0; every rank exits with code 1 (the
+    # launcher reports it; mlx.launch itself exits 0).
+    assert done.stderr.count("2 of 5 images failed") == 1, done.stderr
+    assert "exited with code 1" in done.stdout + done.stderr
+    assert len(list((tmp_path / "out").glob("*.png"))) == 3
