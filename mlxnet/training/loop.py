@@ -173,6 +173,7 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
     while epoch < cfg.epochs:
         order = D.epoch_order(len(train_set), cfg.seed, epoch)
         start, losses, seen = time.perf_counter(), [], 0
+        bar = _progress(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch)
         for s in range(steps_per_epoch):
             if cfg.max_steps is not None and step >= cfg.max_steps:
                 break
@@ -185,6 +186,8 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
             mx.eval(master, opt.state, loss)
             losses.append(float(loss))
             step, seen = step + 1, seen + cfg.batch
+            bar(f"loss {losses[-1]:.4f}  {seen / (time.perf_counter() - start):.1f} images/s")
+        bar(None)
         stopped = cfg.max_steps is not None and step >= cfg.max_steps and len(losses) < steps_per_epoch
         net.update(master)
         if stopped and not losses:
@@ -220,6 +223,26 @@ def _accuracy(net: nn.Module, val_set: D.ImageFolder, cfg: TrainConfig) -> float
         logits = net(mx.array(images).astype(PRECISIONS[cfg.precision]))
         correct += int((np.array(mx.argmax(logits, axis=-1)) == labels).sum())
     return distributed.total(correct) / len(val_set)
+
+
+def _progress(what: str, total: int) -> Callable[[str | None], None]:
+    """A progress bar on rank 0's terminal (stderr): call with the step's text, None to close."""
+    if not (distributed.is_main() and sys.stderr.isatty()):
+        return lambda text: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                        TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    task = progress.add_task("", total=total)
+    progress.start()
+
+    def update(text: str | None) -> None:
+        if text is None:
+            progress.stop()
+        else:
+            progress.update(task, advance=1, description=text)
+    return update
 
 
 def _log_epoch(cfg: TrainConfig, r: EpochReport) -> None:
