@@ -139,3 +139,25 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(folder, tmp_path):
     assert whole.keys() == again.keys()
     for key in whole:
         np.testing.assert_allclose(again[key], whole[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_pretrained_weights_get_a_new_head_unless_they_have_these_classes(folder, tmp_path):
+    from mlxnet.models import resnet
+    from mlxnet.nn.init import scale_preserving_init
+
+    imagenet_like = tmp_path / "r18.safetensors"
+    scale_preserving_init(resnet.resnet("resnet18")).save_weights(str(imagenet_like))  # 1000 classes
+    args = ["train", "classify", folder, "--size", "32", "--batch", "4", "--epochs", "1", "--val-split", "0"]
+    run(*args, "--weights", imagenet_like, "-o", tmp_path / "first")
+    first = mx.load(str(tmp_path / "first" / "model.safetensors"))
+    assert first["fc.weight"].shape == (2, 512)
+    # Its conv weights came from the file (they moved by one epoch of small steps, not more).
+    start = mx.load(str(imagenet_like))
+    for key in ("conv1.weight", "layer4.1.conv2.weight"):
+        change = np.linalg.norm(np.array(first[key] - start[key])) / np.linalg.norm(np.array(start[key]))
+        assert change < 0.3, (key, change)
+    # A model trained on these classes keeps its head when trained further.
+    run(*args, "--weights", tmp_path / "first" / "model.safetensors", "--lr", "0", "--weight-decay", "0",
+        "-o", tmp_path / "second")
+    second = mx.load(str(tmp_path / "second" / "model.safetensors"))
+    np.testing.assert_array_equal(np.array(second["fc.weight"]), np.array(first["fc.weight"]))
