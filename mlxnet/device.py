@@ -15,7 +15,7 @@ call (every op makes one), unless :func:`use_device` has chosen a device explici
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import ContextManager, Iterator, Literal
 
 import mlx.core as mx
 
@@ -122,13 +122,18 @@ _kernels_override: list[bool] = []
 
 
 @contextmanager
-def use_kernels(enabled: bool) -> Iterator[None]:
-    """Scoped switch: with False every op runs its definition (no CPU fast path, no GPU kernel)."""
-    _kernels_override.append(enabled)
+def _pushed(stack: list[bool], value: bool) -> Iterator[None]:
+    """``value`` on top of a switch's override stack for the block (nested blocks stack)."""
+    stack.append(value)
     try:
         yield
     finally:
-        _kernels_override.pop()
+        stack.pop()
+
+
+def use_kernels(enabled: bool) -> ContextManager[None]:
+    """Scoped switch: with False every op runs its definition (no CPU fast path, no GPU kernel)."""
+    return _pushed(_kernels_override, enabled)
 
 
 def compile_enabled() -> bool:
@@ -147,28 +152,18 @@ def compile_enabled() -> bool:
 _compile_override: list[bool] = []
 
 
-@contextmanager
-def use_compile(enabled: bool) -> Iterator[None]:
+def use_compile(enabled: bool) -> ContextManager[None]:
     """Scoped switch: with False models run their forward eagerly, op by op (what a
     layer-by-layer check needs); with True compiled on any back end."""
-    _compile_override.append(enabled)
-    try:
-        yield
-    finally:
-        _compile_override.pop()
+    return _pushed(_compile_override, enabled)
 
 
 _tracing: list[bool] = []
 
 
-@contextmanager
-def tracing() -> Iterator[None]:
+def tracing() -> ContextManager[None]:
     """Marks a forward being traced by ``mx.compile``, where nothing may be evaluated."""
-    _tracing.append(True)
-    try:
-        yield
-    finally:
-        _tracing.pop()
+    return _pushed(_tracing, True)
 
 
 def is_tracing() -> bool:
