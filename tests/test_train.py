@@ -161,3 +161,14 @@ def test_pretrained_weights_get_a_new_head_unless_they_have_these_classes(folder
         "-o", tmp_path / "second")
     second = mx.load(str(tmp_path / "second" / "model.safetensors"))
     np.testing.assert_array_equal(np.array(second["fc.weight"]), np.array(first["fc.weight"]))
+
+
+def test_bfloat16_compute_keeps_float32_master_weights(folder, tmp_path):
+    done = run("train", "classify", folder, *TINY, "--epochs", "2", "--val-split", "0.34", "--precision", "bfloat16",
+               "-o", tmp_path / "bf16")
+    losses = [float(line.split("loss ")[1].split()[0]) for line in done.stdout.splitlines() if "loss" in line]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    saved = mx.load(str(tmp_path / "bf16" / "model.safetensors"))
+    assert {v.dtype for v in saved.values()} == {mx.float32}
+    state = mx.load(str(tmp_path / "bf16" / "last.safetensors"))
+    assert any(k.startswith("optimizer.") for k in state) and state["optimizer.step"].item() == 2 * (8 // 4)
