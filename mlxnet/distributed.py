@@ -13,8 +13,10 @@ from functools import lru_cache
 from typing import Sequence, TypeVar
 
 import mlx.core as mx
+import mlx.nn as nn
 
 Item = TypeVar("Item")
+Tree = TypeVar("Tree")
 
 
 @lru_cache(maxsize=1)
@@ -51,6 +53,12 @@ def total(value: float) -> float:
         return mx.distributed.all_sum(x, group=group(), stream=mx.cpu).item()
     except (RuntimeError, ValueError):  # NCCL runs on the GPU's
         return mx.distributed.all_sum(x, group=group()).item()
+
+
+def average(tree: Tree) -> Tree:
+    """The mean of ``tree``'s arrays over the ranks (gradients, BatchNorm statistics), through
+    ``mlx.nn.average_gradients``: it packs small arrays into a few large all-reduces."""
+    return nn.average_gradients(tree, group=group())
 
 
 def barrier() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx.utils import tree_flatten
 from PIL import Image
 
 from mlxnet.models import yolo
@@ -40,8 +41,10 @@ def _free_port_pair() -> int:
 
 def launch(*args, ranks: int = 2, check: bool = True) -> subprocess.CompletedProcess:
     """``mlx.launch --backend ring -n RANKS mlxnet ARGS`` on 127.0.0.1, bounded in time."""
+    # One BLAS thread per process: more than the cores make their threads spin against each
+    # other (3x slower on two cores).
     cmd = [str(LAUNCH), "--backend", "ring", "-n", str(ranks), "--hosts", "127.0.0.1",
-           "-p", str(_free_port_pair()), str(MLXNET), *map(str, args)]
+           "-p", str(_free_port_pair()), "--env", "OPENBLAS_NUM_THREADS=1", str(MLXNET), *map(str, args)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
@@ -54,23 +57,49 @@ def single(*args) -> subprocess.CompletedProcess:
     return done
 
 
-def test_one_data_parallel_step_equals_one_process(tmp_path):
+def test_two_ranks_take_one_process_steps_and_resume_to_its_result(tmp_path):
     folder = make_folder(tmp_path / "data", {"a": (200, 40, 40), "b": (40, 60, 200), "c": (40, 200, 60)}, 4)
-    args = ["train", "classify", folder, *TINY, "--epochs", "1", "--val-split", "0", "--max-steps", "1"]
-    single(*args, "-o", tmp_path / "one")
-    two = launch(*args, "-o", tmp_path / "two")
+    # 12 images, 3 steps of 4 per epoch; the cosine schedule spans both epochs.
+    args = ["train", "classify", folder, *TINY, "--epochs", "2", "--val-split", "0"]
+    single(*args, "--max-steps", "1", "-o", tmp_path / "one")
+    two = launch(*args, "--max-steps", "1", "-o", tmp_path / "two")
     assert "(2 processes)" in two.stdout and two.stdout.count("wrote ") == 1  # rank 0 logs and writes
     one = mx.load(str(tmp_path / "one" / "model.safetensors"))
     par = mx.load(str(tmp_path / "two" / "model.safetensors"))
     mx.random.seed(0)  # the run's seed: the model before its step
     from mlxnet.models import resnet
-    start = dict(__import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(resnet.resnet("resnet18", 3).parameters()))
+    start = dict(tree_flatten(resnet.resnet("resnet18", 3).parameters()))
     assert one.keys() == par.keys() == start.keys()
     moved = 0.0
     for key in one:
         np.testing.assert_allclose(np.array(par[key]), np.array(one[key]), rtol=1e-5, atol=1e-6, err_msg=key)
         moved = max(moved, float(mx.abs(one[key] - start[key]).max()))
     assert moved > 1e-4  # the step changed the weights
+    # Stopped inside its first epoch, the two-rank run resumes from its checkpoint to what one
+    # process trains uninterrupted.
+    resumed = launch(*args, "--resume", "-o", tmp_path / "two")
+    assert "epoch 1/2" in resumed.stdout and "epoch 2/2" in resumed.stdout
+    single(*args, "-o", tmp_path / "whole")
+    whole = mx.load(str(tmp_path / "whole" / "model.safetensors"))
+    par = mx.load(str(tmp_path / "two" / "model.safetensors"))
+    for key in whole:
+        np.testing.assert_allclose(np.array(par[key]), np.array(whole[key]), rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_batch_statistics_are_averaged_over_the_ranks(tmp_path):
+    """--batchnorm train: each rank normalises with its own half of the batch, and the running
+    statistics are averaged after the epoch. The first BatchNorm's input does not depend on
+    that normalisation, so its running mean is then the one process's: the mean of the halves'
+    means (rank 0's own would be its half's)."""
+    folder = make_folder(tmp_path / "data", {"a": (200, 40, 40), "b": (40, 60, 200)}, 4)
+    args = ["train", "classify", folder, *TINY, "--val-split", "0", "--batchnorm", "train", "--max-steps", "1"]
+    single(*args, "-o", tmp_path / "one")
+    launch(*args, "-o", tmp_path / "two")
+    one = mx.load(str(tmp_path / "one" / "model.safetensors"))
+    par = mx.load(str(tmp_path / "two" / "model.safetensors"))
+    assert float(mx.abs(one["bn1.running_mean"]).max()) > 1e-3
+    np.testing.assert_allclose(np.array(par["bn1.running_mean"]), np.array(one["bn1.running_mean"]), atol=1e-6)
+    assert all(bool(mx.isfinite(v).all()) for v in par.values())
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,13 @@ def test_cli_errors_name_the_problem(folder, tmp_path):
     done = run("train", "classify", folder, *TINY, "--resume", "-o", tmp_path / "none", check=False)
     assert done.returncode == 1 and "no training checkpoint to resume from" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    for option, message in ((["--dtype", "float16"], "without loss scaling"),
+                            (["--batchnorm", "sync"], "unknown --batchnorm 'sync': expected frozen or train"),
+                            (["--optimizer", "lion"], "unknown optimizer 'lion'"),
+                            (["--val", tmp_path / "missing"], "missing: not a folder")):
+        result = CliRunner().invoke(app, ["train", "classify", str(folder), *map(str, TINY + option),
+                                          "-o", str(tmp_path / "o")])
+        assert result.exit_code != 0 and message in str(result.exception), (option, result.exception)
 
 
 def test_trained_model_classifies_with_its_class_names(folder, tmp_path):

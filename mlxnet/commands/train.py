@@ -31,8 +31,12 @@ def classify(
     val_split: float = typer.Option(0.1, "--val-split", min=0, max=0.99,
                                     help="Fraction of each class held out for validation (0: none)."),
     val: Optional[Path] = typer.Option(None, "--val", help="A validation ImageFolder instead of --val-split."),
-    precision: str = typer.Option("float32", "--precision",
-                                  help="float32, or bfloat16 compute with float32 master weights."),
+    dtype: str = typer.Option("float32", "--dtype", "--precision",
+                              help="float32, or bfloat16 compute with float32 master weights."),
+    batchnorm: str = typer.Option("frozen", "--batchnorm",
+                                  help="frozen: keep the statistics (fine-tuning; N processes take one "
+                                       "process's steps); train: batch statistics per process, averaged "
+                                       "after each epoch (training from random weights)."),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/last.safetensors."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1,
@@ -45,4 +49,4 @@ def classify(
     run(TrainConfig(data=str(data), model=model, weights=weights, output=str(output), epochs=epochs, batch=batch,
                     lr=lr, optimizer=optimizer, momentum=momentum, weight_decay=weight_decay, schedule=schedule,
                     warmup=warmup, size=size, val_split=val_split, val_dir=str(val) if val else None,
-                    precision=precision, seed=seed, resume=resume, max_steps=max_steps))
+                    precision=dtype, batchnorm=batchnorm, seed=seed, resume=resume, max_steps=max_steps))

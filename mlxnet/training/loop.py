@@ -3,9 +3,17 @@
 One optimizer step takes a global batch of ``batch`` images in the epoch's order; rank r of N
 reads its N-th of it, and the gradients (of the mean loss over each rank's share) are averaged
 over the ranks (``mlx.nn.average_gradients``), so N ranks take the step one process would take
-on the whole batch. BatchNorm keeps its pretrained statistics (the layers run in inference mode
-while their scale and shift train), as is usual when fine-tuning with small per-device
-batches: every rank then computes the same function, and no statistics need synchronising.
+on the whole batch.
+
+BatchNorm (``--batchnorm``): by default ("frozen") it keeps its pretrained statistics (the
+layers run in inference mode while their scale and shift train), as is usual when fine-tuning
+with small per-device batches; every rank then computes the function one process would, so N
+ranks take exactly its step. "train" normalises with batch statistics, which a rank can only
+take over its own share of the batch (what it would be on N machines; MLX has no synchronised
+BatchNorm): the steps then differ slightly from one process's, and the running statistics each
+rank gathers are averaged over the ranks after every epoch, so that all ranks, and the files,
+hold one model. Use it to train from random weights, whose statistics mean nothing.
+
 Only rank 0 writes checkpoints, the final model and the log.
 """
 from __future__ import annotations
@@ -20,7 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from .. import distributed
 from ..errors import MlxnetError
@@ -29,6 +37,7 @@ from . import data as D
 from .state import check_same_run, load_state, save_state
 
 PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
+BATCHNORM = ("frozen", "train")
 
 
 @dataclass
@@ -49,6 +58,7 @@ class TrainConfig:
     val_split: float = 0.1
     val_dir: str | None = None
     precision: str = "float32"
+    batchnorm: str = "frozen"  # see the module docstring
     seed: int = 0
     resume: bool = False
     max_steps: int | None = None
@@ -57,7 +67,7 @@ class TrainConfig:
     def run_settings(self, classes: tuple[str, ...]) -> dict:
         """What a resumed run must share with the one it continues."""
         keep = ("model", "epochs", "batch", "lr", "optimizer", "momentum", "weight_decay", "schedule",
-                "warmup", "size", "val_split", "precision", "seed")
+                "warmup", "size", "val_split", "precision", "batchnorm", "seed")
         return {**{k: v for k, v in asdict(self).items() if k in keep}, "classes": list(classes)}
 
 
@@ -121,16 +131,36 @@ def _optimizer(cfg: TrainConfig, steps_per_epoch: int) -> optim.Optimizer:
     raise MlxnetError(f"unknown optimizer {cfg.optimizer!r}: expected sgd or adamw")
 
 
-def _train_mode(net: nn.Module) -> None:
+def _train_mode(net: nn.Module, batchnorm: str) -> None:
     net.train()
-    for _, m in net.named_modules():
-        if isinstance(m, nn.BatchNorm):
-            m.eval()  # pretrained statistics (see the module docstring)
+    if batchnorm == "frozen":
+        for _, m in net.named_modules():
+            if isinstance(m, nn.BatchNorm):
+                m.eval()  # pretrained statistics (see the module docstring)
+
+
+def _statistics(net: nn.Module) -> dict[str, mx.array]:
+    """The BatchNorm running statistics, by parameter path."""
+    return {k: v for k, v in tree_flatten(net.parameters()) if k.endswith((".running_mean", ".running_var"))}
+
+
+def _share_statistics(net: nn.Module) -> None:
+    """Average the running statistics each rank gathered from its own share of the batches, so
+    every rank holds the same model (``--batchnorm train``)."""
+    if distributed.size() > 1:
+        shared = distributed.average(_statistics(net))
+        mx.eval(shared)  # now, on every rank: a rank that never reads them would skip the all-reduce
+        net.update(tree_unflatten(list(tree_flatten(shared))))
 
 
 def _check(cfg: TrainConfig, n_train: int) -> None:
+    if cfg.precision == "float16":
+        raise MlxnetError("--dtype float16 is not offered: without loss scaling its small gradients flush to "
+                          "zero; use bfloat16 (float32's range, float32 master weights)")
     if cfg.precision not in PRECISIONS:
-        raise MlxnetError(f"unknown precision {cfg.precision!r}: expected {' or '.join(PRECISIONS)}")
+        raise MlxnetError(f"unknown --dtype {cfg.precision!r}: expected {' or '.join(PRECISIONS)}")
+    if cfg.batchnorm not in BATCHNORM:
+        raise MlxnetError(f"unknown --batchnorm {cfg.batchnorm!r}: expected {' or '.join(BATCHNORM)}")
     if cfg.batch % distributed.size():
         raise MlxnetError(f"--batch {cfg.batch} must be a multiple of the {distributed.size()} processes")
     if cfg.batch > n_train:
@@ -161,7 +191,7 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
         opt.state = state.optimizer
         epoch, step = state.epoch, state.step
     mx.eval(net.parameters(), master, opt.state)
-    _train_mode(net)
+    _train_mode(net, cfg.batchnorm)
 
     def loss_fn(model: nn.Module, x: mx.array, y: mx.array) -> mx.array:
         return nn.losses.cross_entropy(model(x).astype(mx.float32), y, reduction="mean")
@@ -173,25 +203,28 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
     while epoch < cfg.epochs:
         order = D.epoch_order(len(train_set), cfg.seed, epoch)
         start, losses, seen = time.perf_counter(), [], 0
-        bar = _progress(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch)
-        for s in range(steps_per_epoch):
+        first = step - epoch * steps_per_epoch  # > 0: resuming a run stopped inside this epoch
+        bar = _progress(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch - first)
+        for s in range(first, steps_per_epoch):
             if cfg.max_steps is not None and step >= cfg.max_steps:
                 break
             mine = order[s * cfg.batch + rank * local: s * cfg.batch + (rank + 1) * local]
             images, labels = D.batch_of(train_set, mine, cfg.size, epoch=epoch, seed=cfg.seed)
             net.update(tree_map(lambda p: p.astype(dtype), master))
             loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
-            grads = nn.average_gradients(tree_map(lambda g: g.astype(mx.float32), grads))
+            grads = distributed.average(tree_map(lambda g: g.astype(mx.float32), grads))
             master = opt.apply_gradients(grads, master)
-            mx.eval(master, opt.state, loss)
+            mx.eval(master, opt.state, loss, _statistics(net))  # statistics: each step's, not a growing graph
             losses.append(float(loss))
             step, seen = step + 1, seen + cfg.batch
             bar(f"loss {losses[-1]:.4f}  {seen / (time.perf_counter() - start):.1f} images/s")
         bar(None)
-        stopped = cfg.max_steps is not None and step >= cfg.max_steps and len(losses) < steps_per_epoch
+        stopped = cfg.max_steps is not None and step >= cfg.max_steps and step < (epoch + 1) * steps_per_epoch
         net.update(master)
         if stopped and not losses:
             break
+        if cfg.batchnorm == "train":
+            _share_statistics(net)
         if not stopped:
             epoch += 1
         report = EpochReport(epoch, step, stopped, float(distributed.total(float(np.mean(losses)))) / distributed.size(),
@@ -201,7 +234,7 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
         _log_epoch(cfg, report)
         if distributed.is_main():
             save_state(out / "last.safetensors", dict(tree_flatten(net.parameters())), opt.state, epoch, step, settings)
-        _train_mode(net)
+        _train_mode(net, cfg.batchnorm)
         if stopped:
             break
     net.update(master)
