@@ -93,12 +93,17 @@ def test_cli_errors_name_the_problem(folder, tmp_path):
     done = run("train", "classify", folder, *TINY, "--resume", "-o", tmp_path / "none", check=False)
     assert done.returncode == 1 and "no training checkpoint to resume from" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "model.safetensors").write_bytes(b"a model to start from")
     for option, message in ((["--dtype", "float16"], "without loss scaling"),
                             (["--batchnorm", "sync"], "unknown --batchnorm 'sync': expected frozen or train"),
-                            (["--optimizer", "lion"], "unknown optimizer 'lion'"),
-                            (["--val", tmp_path / "missing"], "missing: not a folder")):
-        result = CliRunner().invoke(app, ["train", "classify", str(folder), *map(str, TINY + option),
-                                          "-o", str(tmp_path / "o")])
+                            (["--optimizer", "lion"], "unknown --optimizer 'lion': expected sgd or adamw"),
+                            (["--schedule", "linear"], "expected cosine, step or constant"),
+                            (["--val", tmp_path / "missing"], "missing: not a folder"),
+                            (["-o", folder / "apple" / "0.png"], "is not a folder"),
+                            (["--weights", tmp_path / "o" / "model.safetensors"], "would overwrite the input")):
+        result = CliRunner().invoke(app, ["train", "classify", str(folder), *map(str, TINY),
+                                          "-o", str(tmp_path / "o"), *map(str, option)])
         assert result.exit_code != 0 and message in str(result.exception), (option, result.exception)
 
 

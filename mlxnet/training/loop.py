@@ -32,12 +32,15 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from .. import distributed
 from ..errors import MlxnetError
+from ..image import check_output_path
 from ..weights import save_converted
 from . import data as D
 from .state import check_same_run, load_state, save_state
 
 PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 BATCHNORM = ("frozen", "train")
+OPTIMIZERS = ("sgd", "adamw")
+SCHEDULES = ("cosine", "step", "constant")
 
 
 @dataclass
@@ -113,10 +116,8 @@ def _schedule(cfg: TrainConfig, steps_per_epoch: int) -> optim.schedulers.Callab
         main = optim.cosine_decay(cfg.lr, total - warm)
     elif cfg.schedule == "step":  # ×0.1 at a third and two thirds of the run
         main = optim.step_decay(cfg.lr, 0.1, max(1, (total - warm) // 3))
-    elif cfg.schedule == "constant":
+    else:  # constant (_check knows the names)
         main = lambda step: mx.array(cfg.lr)  # noqa: E731
-    else:
-        raise MlxnetError(f"unknown schedule {cfg.schedule!r}: expected cosine, step or constant")
     if warm == 0:
         return main
     return optim.join_schedules([optim.linear_schedule(cfg.lr / 100, cfg.lr, warm), main], [warm])
@@ -126,9 +127,7 @@ def _optimizer(cfg: TrainConfig, steps_per_epoch: int) -> optim.Optimizer:
     lr = _schedule(cfg, steps_per_epoch)
     if cfg.optimizer == "sgd":
         return optim.SGD(learning_rate=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return optim.AdamW(learning_rate=lr, weight_decay=cfg.weight_decay)
-    raise MlxnetError(f"unknown optimizer {cfg.optimizer!r}: expected sgd or adamw")
+    return optim.AdamW(learning_rate=lr, weight_decay=cfg.weight_decay)  # _check knows the names
 
 
 def _train_mode(net: nn.Module, batchnorm: str) -> None:
@@ -159,8 +158,10 @@ def _check(cfg: TrainConfig, n_train: int) -> None:
                           "zero; use bfloat16 (float32's range, float32 master weights)")
     if cfg.precision not in PRECISIONS:
         raise MlxnetError(f"unknown --dtype {cfg.precision!r}: expected {' or '.join(PRECISIONS)}")
-    if cfg.batchnorm not in BATCHNORM:
-        raise MlxnetError(f"unknown --batchnorm {cfg.batchnorm!r}: expected {' or '.join(BATCHNORM)}")
+    for option, value, known in (("--batchnorm", cfg.batchnorm, BATCHNORM), ("--optimizer", cfg.optimizer, OPTIMIZERS),
+                                 ("--schedule", cfg.schedule, SCHEDULES)):
+        if value not in known:
+            raise MlxnetError(f"unknown {option} {value!r}: expected {', '.join(known[:-1])} or {known[-1]}")
     if cfg.batch % distributed.size():
         raise MlxnetError(f"--batch {cfg.batch} must be a multiple of the {distributed.size()} processes")
     if cfg.batch > n_train:
@@ -169,12 +170,21 @@ def _check(cfg: TrainConfig, n_train: int) -> None:
         raise MlxnetError(f"--epochs must be at least 1, got {cfg.epochs}")
 
 
+def _check_outputs(cfg: TrainConfig, out: Path) -> None:
+    """Before any work: both files can be written there, and neither is the file we start from."""
+    start = [Path(cfg.weights)] if cfg.weights and Path(cfg.weights).is_file() else []
+    for name in ("last.safetensors", "model.safetensors"):
+        check_output_path(out / name, start, kind="file")
+
+
 def train(cfg: TrainConfig) -> list[EpochReport]:
     """Fine-tune; write ``output/last.safetensors`` after every epoch and ``output/model.safetensors``
     (the classifier with its class names) at the end. Returns each epoch's report."""
     train_set, val_set = _datasets(cfg)
     _check(cfg, len(train_set))
     out = Path(cfg.output)
+    if distributed.is_main():
+        _check_outputs(cfg, out)
     settings = cfg.run_settings(train_set.classes)
     steps_per_epoch = len(train_set) // cfg.batch
     net = _network(cfg, train_set.classes)
