@@ -16,7 +16,7 @@ from PIL import Image
 
 from mlxnet.models import yolo
 
-from test_train import TINY, make_folder
+from test_train import TINY, make_folder, run as single
 
 LAUNCH = Path(sys.executable).with_name("mlx.launch")
 MLXNET = Path(sys.executable).with_name("mlxnet")
@@ -48,12 +48,6 @@ def launch(*args, ranks: int = 2, check: bool = True) -> subprocess.CompletedPro
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
-def single(*args) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(MLXNET), *map(str, args)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
     return done
 
 
