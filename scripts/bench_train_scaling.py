@@ -74,7 +74,7 @@ def main() -> None:
                 raise SystemExit(done.stdout + done.stderr)
             results[ranks] = images_per_s(done.stdout)
             print(f"{ranks} process{'es' if ranks > 1 else ''}: {results[ranks]:.1f} images/s "
-                  f"({a.model}, {a.size}² crops, global batch {a.batch}, {threads} threads each)", flush=True)
+                  f"({a.model}, {a.size}² crops, global batch {a.batch}, {threads} BLAS thread(s) each)", flush=True)
         print(f"speed-up with {a.ranks} processes: {results[a.ranks] / results[1]:.2f}x on {cores} cores")
 
 
