@@ -3,6 +3,8 @@ a data-parallel training step, and image commands sharding their files."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -45,7 +47,15 @@ def launch(*args, ranks: int = 2, check: bool = True) -> subprocess.CompletedPro
     # other (3x slower on two cores).
     cmd = [str(LAUNCH), "--backend", "ring", "-n", str(ranks), "--hosts", "127.0.0.1",
            "-p", str(_free_port_pair()), "--env", "OPENBLAS_NUM_THREADS=1", str(MLXNET), *map(str, args)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # Its own process group, so that a run past the time limit is stopped with its ranks.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done

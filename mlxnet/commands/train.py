@@ -43,7 +43,8 @@ def classify(
                                             help="Stop after this many optimizer steps in all (a smoke run)."),
 ) -> None:
     """Fine-tune a ResNet classifier; `mlxnet classify --weights OUTPUT/model.safetensors` then
-    labels images with your class names."""
+    labels images with your class names. Runs data-parallel under `mlx.launch -n N mlxnet train
+    classify ...` (the same options; --batch stays the global batch)."""
     from mlxnet.training.loop import TrainConfig, train as run
 
     run(TrainConfig(data=str(data), model=model, weights=weights, output=str(output), epochs=epochs, batch=batch,
