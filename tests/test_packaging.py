@@ -1,14 +1,127 @@
-"""What a non-editable install ships: every subpackage of mlxnet/ is listed in pyproject.toml
-(setuptools installs only the packages named there)."""
+"""The wheel: one import root, kernel sources inside it, OpenBLAS bound on Linux, an import
+that changes nothing else, opt-in process tuning."""
 from __future__ import annotations
 
-import tomllib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
+
+import pytest
+
+import mlxnet
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
+def test_wheel_has_one_import_root_and_ships_kernels(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("mlxnet-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    roots = {n.split("/")[0] for n in names if not n.startswith("mlxnet-")}
+    assert roots == {"mlxnet"}, roots
+    kernels = {Path(n).name for n in names if n.startswith("mlxnet/custom_kernels/")}
+    shipped = {p.name for p in (ROOT / "custom_kernels").glob("*.kern")}
+    assert shipped and shipped <= kernels
+    assert "mlxnet/models/__init__.py" in names
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_openblas_is_bound_with_run_time_kernels_and_all_threads():
+    info = mlxnet._blas.details()
+    assert mlxnet.blas_info().startswith("OpenBLAS"), mlxnet.blas_info()
+    assert "DYNAMIC_ARCH" in info["config"] and info["kernels"]
+    code = "import mlxnet; print(mlxnet._blas.details()['threads'])"
+    one = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert one.stdout.strip() == "1"
+
+
+_BLAS_RUN = """
+import mlxnet, mlx.core as mx, numpy as np
+a = mx.random.normal((96, 96), key=mx.random.key(0)) + 20 * mx.eye(96)
+err = float(mx.abs(a @ mx.linalg.inv(a, stream=mx.cpu) - mx.eye(96)).max())
+print(mlxnet.blas_info() + " | " + str(err))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_cached_blas_is_rebuilt(tmp_path, damage):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", _BLAS_RUN], capture_output=True, text=True,
+                           check=True, env=env).stdout
+    (lib,) = (tmp_path / "mlxnet" / "blas").glob("*/libmlxnet_openblas.so")
+    data = lib.read_bytes()
+    lib.write_bytes(data[: len(data) // 3] if damage == "truncate" else b"\0garbage" * 100)
+    second = subprocess.run([sys.executable, "-c", _BLAS_RUN], capture_output=True, text=True,
+                            check=True, env=env).stdout
+    assert first.startswith("OpenBLAS") and second.startswith("OpenBLAS"), (first, second)
+    assert float(second.split("|")[1]) < 1e-3
+    assert lib.read_bytes() == data
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_blas_opt_out_names_the_setting():
+    code = "import mlxnet; print(mlxnet.blas_info())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MLXNET_BLAS": "off"})
+    assert out.stdout.strip() == "MLX's own (MLXNET_BLAS=off)"
+
+
+def test_import_changes_nothing_in_the_process():
+    code = ("import os, ctypes; before = dict(os.environ); import mlxnet; "
+            "print(dict(os.environ) == before, mlxnet.malloc_info())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "system"], out.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the BLAS binding is Linux-only")
+def test_importing_mlx_first_warns_once():
+    code = "import warnings; warnings.simplefilter('always'); import mlx.core; import mlxnet; print(mlxnet.blas_info())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "mlx.core was imported before mlxnet" in out.stdout
+    assert out.stderr.count("RuntimeWarning") == 1
+
+
+_FAULTS = """
+import os, resource, mlxnet, mlx.core as mx
+if os.environ.get("TUNE"):
+    mlxnet.tune_cpu()
+x = mx.random.normal((4096, 4096)); mx.eval(x)      # 64 MiB: glibc would mmap it
+mx.eval(x * 2.0)                                      # first use: the heap grows
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    mx.eval(x * 2.0)                                  # each result freed, then reused
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, mlxnet.malloc_info())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the malloc setting is for Linux (glibc)")
+def test_freed_arrays_are_reused_without_page_faults():
+    """A 64 MiB result is 16384 fresh pages per call under glibc's defaults; kept memory is not."""
+    def faults(env: dict) -> tuple[int, str]:
+        out = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, check=True,
+                             env={**os.environ, **env})
+        n, info = out.stdout.split(" ", 1)
+        return int(n), info.strip()
+
+    kept, info = faults({"TUNE": "1"})
+    system, system_info = faults({})
+    assert info == "glibc, freed memory kept for reuse" and system_info.startswith("system")
+    assert system > 5 * 16000, system  # the measurement itself works
+    assert kept < 1000, kept
+
+
 def test_every_mlxnet_subpackage_is_packaged():
+    """setuptools installs only the packages pyproject.toml names (a non-editable install once
+    lacked mlxnet.training)."""
+    import tomllib
+
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {"mlxnet." + ".".join(p.parent.relative_to(ROOT / "mlxnet").parts)
              for p in (ROOT / "mlxnet").rglob("__init__.py")} - {"mlxnet."}
