@@ -35,6 +35,7 @@ from mlxnet import families
 from mlxnet.env import switch
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).parent))  # the plain-torch references beside this script
 
@@ -59,19 +60,11 @@ VIEWS = {"Reshape", "Broadcast", "Slice", "Transpose", "AsStrided", "Squeeze", "
 def primitives(outputs: Any) -> int:
     """Primitives in the graph of ``outputs`` (unevaluated), views excluded: MLX launches about
     one kernel for each (a compiled, fused chain is one)."""
-    leaves = [a for a in _leaves(outputs)]
+    leaves = [a for _, a in tree_flatten(outputs) if isinstance(a, mx.array)]
     with tempfile.NamedTemporaryFile("r", suffix=".dot") as f:
         mx.export_to_dot(f.name, *leaves)
         labels = re.findall(r'label ="([A-Za-z0-9_]+)"', f.read())
     return sum(label not in VIEWS for label in labels)
-
-
-def _leaves(tree: Any) -> list[mx.array]:
-    if isinstance(tree, (list, tuple)):
-        return [a for t in tree for a in _leaves(t)]
-    if isinstance(tree, dict):
-        return [a for t in tree.values() for a in _leaves(t)]
-    return [tree] if isinstance(tree, mx.array) else []
 
 
 def time_alternating(runs: dict[str, Callable[[], None]], warmup: int, reps: int,
@@ -451,10 +444,9 @@ def markdown(rows: list[dict]) -> str:
         return f"{v:.2f}" if v else "—"
     for r in rows:
         t = r.get("torch")
+        ratio = f"{t / r['mlxnet']:.2f}×" if t else "—"
         lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {ms(r['mlxnet_eager'])} | {ms(r['mlxnet'])} | "
-                     f"{ms(t)} | {ms(r.get('torch_compile'))} | {(t / r['mlxnet']) if t else 0:.2f}× | "
-                     f"{r['launches_eager']} → {r['launches_compiled']} |" if t else
-                     f"| {r['model']} | {r['batch']} | {r['dtype']} | {ms(r['mlxnet_eager'])} | {ms(r['mlxnet'])} | — | — | — | "
+                     f"{ms(t)} | {ms(r.get('torch_compile'))} | {ratio} | "
                      f"{r['launches_eager']} → {r['launches_compiled']} |")
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx.utils import tree_flatten
 
 import mlxnet
 from mlxnet import families
@@ -146,6 +147,4 @@ def test_compiled_gpu_forward_matches_eager(gpu, variant, dtype):
 
 
 def _leaves(tree) -> list[mx.array]:
-    if isinstance(tree, (list, tuple)):
-        return [a for t in tree for a in _leaves(t)]
-    return [tree] if isinstance(tree, mx.array) else []
+    return [a for _, a in tree_flatten(tree) if isinstance(a, mx.array)]

@@ -431,7 +431,6 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
     failed = int(distributed.total(failed))  # every rank ends with the job's exit code
     if failed and len(jobs) > 1 and distributed.is_main():
         print(f"{failed} of {len(jobs)} images failed", file=sys.stderr, flush=True)
-    if distributed.size() > 1:
-        distributed.barrier()
+    distributed.barrier()
     if failed:
         raise typer.Exit(1)

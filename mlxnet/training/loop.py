@@ -190,16 +190,15 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
     net = _network(cfg, train_set.classes)
     opt = _optimizer(cfg, steps_per_epoch)
     dtype = PRECISIONS[cfg.precision]
-    master = tree_map(lambda p: p.astype(mx.float32), net.trainable_parameters())
-    opt.init(master)
-    epoch = step = 0
-    if cfg.resume:
-        state = load_state(out / "last.safetensors")
+    state = load_state(out / "last.safetensors") if cfg.resume else None
+    if state is not None:
         check_same_run(out / "last.safetensors", state.run, settings)
         net.update(state.model)
-        master = tree_map(lambda p: p.astype(mx.float32), net.trainable_parameters())
+    master = tree_map(lambda p: p.astype(mx.float32), net.trainable_parameters())
+    opt.init(master)
+    if state is not None:
         opt.state = state.optimizer
-        epoch, step = state.epoch, state.step
+    epoch, step = (state.epoch, state.step) if state is not None else (0, 0)
     mx.eval(net.parameters(), master, opt.state)
     _train_mode(net, cfg.batchnorm)
 
@@ -220,7 +219,8 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
                 break
             mine = order[s * cfg.batch + rank * local: s * cfg.batch + (rank + 1) * local]
             images, labels = D.batch_of(train_set, mine, cfg.size, epoch=epoch, seed=cfg.seed)
-            net.update(tree_map(lambda p: p.astype(dtype), master))
+            # The compute copy of the weights (float32: the master weights themselves).
+            net.update(master if dtype == mx.float32 else tree_map(lambda p: p.astype(dtype), master))
             loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
             grads = distributed.average(tree_map(lambda g: g.astype(mx.float32), grads))
             master = opt.apply_gradients(grads, master)
