@@ -3,12 +3,12 @@
 # second of the two device calls (../shared/device/README.md; README "Development"):
 #
 #   call 1, carry [".mlx-cuda-a"]:             bash scripts/gpu_check.sh --stage
-#   call 2, carry [".mlx-cuda-b", ".ref-sam"]:  bash scripts/gpu_check.sh [--bench]
+#   call 2, carry [".mlx-cuda-b", ".ref-sam"]:  bash scripts/gpu_check.sh [--bench | --profile ARGS | --script NAME.py ARGS]
 #
 # Call 2 installs MLX's CUDA build and this checkout (into /tmp/proj, not the machine's Python),
 # then runs `pytest -m gpu` on 15 workers (about 5 minutes); --bench runs
 # scripts/bench_models.py --device gpu at batch 1 and 8, float32 and float16, instead, writing
-# $OUT/bench.json. Carrying .ref-sam (MobileSAM's modules, see scripts/sam_reference.py) gives
+# $OUT/bench.json; --profile ARGS runs scripts/profile_gpu.py ARGS (per-kernel times). Carrying .ref-sam (MobileSAM's modules, see scripts/sam_reference.py) gives
 # the SAM entries their PyTorch reference; without it they are timed alone.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +22,16 @@ source .mlx-cuda-b/env.sh
 bash .mlx-cuda-b/install.sh >/dev/null 2>&1 || { echo "MLX CUDA install failed (was call 1 run first?)"; exit 1; }
 python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/proj . >/dev/null 2>&1
 export PYTHONPATH=/tmp/proj:${PYTHONPATH:-}
+if [[ "${1:-}" == "--profile" ]]; then  # per-kernel profile, scripts/profile_gpu.py ARGS
+  shift
+  timeout 560 python3 scripts/profile_gpu.py --out /tmp/profile "$@" 2>&1 | grep -v -i warn | tee -a "${OUT:-/tmp}/profile.txt"
+  exit "${PIPESTATUS[0]}"
+fi
+if [[ "${1:-}" == "--script" ]]; then  # any script of scripts/ on the GPU: --script NAME.py ARGS
+  shift
+  timeout 560 python3 "scripts/$1" "${@:2}" 2>&1 | grep -v -i warn | tee -a "${OUT:-/tmp}/script.txt"
+  exit "${PIPESTATUS[0]}"
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   shift
   timeout 560 python3 scripts/bench_models.py --device gpu --batch 1 8 --dtype float32 float16 \

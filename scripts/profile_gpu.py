@@ -1,0 +1,122 @@
+"""Where a model's GPU time goes, per kernel, mlxnet beside PyTorch, in one process.
+
+    python scripts/profile_gpu.py --only yolov8m lama-512 --batch 8 --dtype float16 [--out DIR]
+
+For each entry of scripts/bench_models.py it runs a few forwards of mlxnet's default path and of
+PyTorch eager under torch.profiler. CUPTI records every kernel the process launches, MLX's
+included, so both sides are seen by the same tool. Printed per side: wall ms per forward, GPU
+busy ms (sum of kernel times), kernels per forward, and the kernels that take the most time,
+grouped by kind (convolution, GEMM, FFT, fused elementwise, copy, reduction). Wall minus busy is
+time the GPU waited for the host. The Chrome traces are written to --out for a closer look.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import mlxnet
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bench_models  # noqa: E402
+
+KINDS = [  # first match wins; names as cuDNN, cuBLAS, cuFFT, MLX and PyTorch spell them
+    ("conv", r"conv|implicit_gemm|xmma_fprop|sm\d+_xmma|cudnn|fprop|dgrad|winograd|precomputed"),
+    ("gemm", r"gemm|cutlass|sgemm|hgemm|ampere_|sm90_|nvjet|matmul"),
+    ("fft", r"fft|regular_fft|vector_fft|spRadix"),
+    ("attention", r"attention|sdpa|flash|fmha"),
+    ("copy", r"copy|transpose|concat|cat_|gather|scatter|pad|nchw|nhwc|permute"),
+    ("reduce", r"reduce|softmax|norm|mean|sum|max|arg"),
+    ("elementwise", r"."),
+]
+
+
+def kind(name: str) -> str:
+    low = name.lower()
+    return next(k for k, pattern in KINDS if re.search(pattern, low))
+
+
+def profile(run: Callable[[], None], reps: int, trace: Path) -> dict:
+    """Kernel statistics of ``reps`` calls of ``run`` (already warm)."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        for _ in range(reps):
+            run()
+        wall = (time.perf_counter() - t) * 1e3 / reps
+    prof.export_chrome_trace(str(trace))
+    events = json.load(open(trace))["traceEvents"]
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for e in kernels:
+        by_name[e["name"]].append(e.get("dur", 0) / 1e3)
+    by_kind: dict[str, float] = defaultdict(float)
+    for name, ds in by_name.items():
+        by_kind[kind(name)] += sum(ds) / reps
+    del torch
+    return {"wall_ms": wall, "busy_ms": sum(sum(d) for d in by_name.values()) / reps,
+            "kernels": len(kernels) / reps, "by_kind": dict(by_kind),
+            "top": sorted(((sum(ds) / reps, len(ds) / reps, name) for name, ds in by_name.items()), reverse=True)}
+
+
+def report(label: str, stats: dict, top: int) -> str:
+    lines = [f"  {label}: wall {stats['wall_ms']:.2f} ms, GPU busy {stats['busy_ms']:.2f} ms, "
+             f"{stats['kernels']:.0f} kernels per forward",
+             "    by kind (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(stats["by_kind"].items(), key=lambda kv: -kv[1]))]
+    for ms, count, name in stats["top"][:top]:
+        lines.append(f"    {ms:7.3f} ms  {count:5.1f}x  [{kind(name)}] {name[:110]}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", required=True)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1])
+    ap.add_argument("--dtype", nargs="+", default=["float32"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--out", default="/tmp/profile", help="folder for the Chrome traces")
+    a = ap.parse_args()
+    import torch
+
+    mlxnet.use_device("gpu")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(bench_models._header("gpu"))
+    table = bench_models.entries()
+    for name in a.only:
+        for batch in a.batch:
+            for dtype in a.dtype:
+                bench = table[name]("gpu", batch, dtype)
+                dev = bench_models.torch_device("gpu")
+
+                def mlx_run() -> None:
+                    mx.eval(bench.mlx())
+                    mx.synchronize()
+
+                def torch_run() -> None:
+                    with torch.no_grad():
+                        bench.torch_module(*bench.torch_inputs)
+                    bench_models.torch_sync(dev)
+                print(f"\n{name} batch {batch} {dtype} ({bench.note})", flush=True)
+                sides = [("mlxnet", mlx_run)] + ([("torch", torch_run)] if bench.torch_module is not None else [])
+                for label, run in sides:
+                    for _ in range(3):
+                        run()
+                    stats = profile(run, a.reps, out / f"trace-{name}-b{batch}-{dtype}-{label}.json")
+                    print(report(label, stats, a.top), flush=True)
+                del bench
+                bench_models._free()
+
+
+if __name__ == "__main__":
+    main()
