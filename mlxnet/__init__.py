@@ -4,14 +4,14 @@ Importing mlxnet binds an optimised BLAS on Linux, before ``mlx.core`` loads (wh
 to be usable there; :mod:`mlxnet._blas`), and picks MLX's default device
 (:mod:`mlxnet.device`). Nothing else in the process changes: no environment variable (it is
 only read, :mod:`mlxnet.env`), no allocator setting. Its CPU primitives are built on first CPU
-use (:mod:`mlxnet._native`); process-wide tuning is opt-in (:func:`tune_cpu`).
+use (:mod:`mlxnet._native`); process-wide tuning is opt-in (:func:`tune_cpu`, :func:`tune_gpu`).
 
 The import never fails on an ``MLXNET_*`` setting: one it cannot honour (``MLXNET_DEVICE=gpu``
 without a GPU, an unknown value) is raised as a one-line :class:`MlxnetError` by the first use
 (:func:`backend`, :func:`current_device`, :func:`kernels_enabled`, so every op), which an
 explicit :func:`use_device` before it avoids for ``MLXNET_DEVICE``.
 """
-from . import _blas, _malloc, _native
+from . import _blas, _cuda_graphs, _malloc, _native
 
 _blas.bind()
 
@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 blas_info = _blas.blas_info
 malloc_info = _malloc.malloc_info
 native_info = _native.native_info
+cuda_graphs_info = _cuda_graphs.cuda_graphs_info
 
 
 def tune_cpu() -> None:
@@ -46,8 +47,18 @@ def tune_cpu() -> None:
     _malloc.configure()
 
 
+def tune_gpu() -> None:
+    """Opt in to process-wide GPU tuning, before the process's first GPU work: MLX's CUDA
+    back end then launches kernels directly instead of recording CUDA graphs, which is faster
+    for these models (see :mod:`mlxnet._cuda_graphs`). It sets ``MLX_USE_CUDA_GRAPHS=0`` in
+    the environment unless the user set it; Metal and CPU builds ignore it. The ``mlxnet``
+    command calls this for its own process."""
+    _cuda_graphs.configure()
+
+
 __all__ = [
     "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled", "current_device",
-    "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu", "use_compile",
+    "cuda_graphs_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu",
+    "tune_gpu", "use_compile",
     "use_device", "use_kernels", "__version__",
 ]

@@ -34,6 +34,7 @@ def main(
     env.raise_deferred()  # e.g. MLXNET_DEVICE=gpu where MLX has no GPU
     if env.switch("MLXNET_MALLOC") == "tuned":
         mlxnet.tune_cpu()  # this process only: the command owns it
+    mlxnet.tune_gpu()  # likewise; MLX_USE_CUDA_GRAPHS set by the user wins
 
 
 def _shorten(text: str, limit: int = 10) -> str:

@@ -16,7 +16,8 @@ every switch before any work (:func:`check_all`, then :func:`raise_deferred`). S
 later (``MLXNET_KERNELS`` at every op, ``MLXNET_NATIVE`` at the first CPU op) raise where they
 are read.
 
-This module only reads ``os.environ``; nothing in mlxnet writes it.
+This module only reads ``os.environ``. The one write in mlxnet is the opt-in
+:func:`mlxnet.tune_gpu` (MLX's own ``MLX_USE_CUDA_GRAPHS``, left alone where the user set it).
 """
 from __future__ import annotations
 

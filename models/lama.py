@@ -64,7 +64,11 @@ class Conv(nn.Module):
             self.bias = mx.zeros((cout,))
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = ops.conv2d(reflect_pad(x, self.padding), self.weight.astype(x.dtype), stride=self.stride)
+        return self.padded(reflect_pad(x, self.padding))
+
+    def padded(self, x: mx.array) -> mx.array:
+        """The convolution of an input that is already reflect-padded by ``self.padding``."""
+        y = ops.conv2d(x, self.weight.astype(x.dtype), stride=self.stride)
         return y + self.bias.astype(x.dtype) if "bias" in self else y
 
 
@@ -144,15 +148,23 @@ class FFC(nn.Module):
             if stride != 1:
                 raise MlxnetError("LaMa FFC: a strided spectral transform is not part of any LaMa generator")
             self.convg2g = SpectralTransform(in_g, out_g)
+        self.padding = padding
 
     def __call__(self, x: Stream | mx.array) -> Stream:
         x_l, x_g = x if isinstance(x, tuple) else (x, None)
-        out_l = _sum(self.get("convl2l"), x_l, self.get("convg2l"), x_g)
-        out_g = _sum(self.get("convl2g"), x_l, self.get("convg2g"), x_g)
+        # The local input feeds two convolutions: it is padded once for both.
+        pad_l = reflect_pad(x_l, self.padding)
+        pad_g = reflect_pad(x_g, self.padding) if x_g is not None and "convg2l" in self else None
+        out_l = _sum(_padded(self.get("convl2l")), pad_l, _padded(self.get("convg2l")), pad_g)
+        out_g = _sum(_padded(self.get("convl2g")), pad_l, self.get("convg2g"), x_g)
         return out_l, out_g
 
 
-def _sum(f: nn.Module | None, a: mx.array, g: nn.Module | None, b: mx.array | None) -> mx.array | None:
+def _padded(conv: Conv | None):
+    return conv.padded if conv is not None else None
+
+
+def _sum(f, a: mx.array, g, b: mx.array | None) -> mx.array | None:
     """f(a) + g(b), where an absent path contributes nothing (the reference's Identity on 0)."""
     terms = [m(v) for m, v in ((f, a), (g, b)) if m is not None and v is not None]
     if not terms:

@@ -424,7 +424,7 @@ def _header(device: str) -> str:
 
     dev = torch_device(device)
     text = (f"mlxnet backend {mlxnet.backend()} (compiled by default: {mlxnet.compile_enabled()}; "
-            f"{mlxnet.blas_info()}); torch {torch.__version__} on {dev}, {torch.get_num_threads()} threads")
+            f"{mlxnet.blas_info()}; {mlxnet.cuda_graphs_info()}); torch {torch.__version__} on {dev}, {torch.get_num_threads()} threads")
     if dev.type == "cuda":
         text += (f"; {torch.cuda.get_device_name()}; torch float32 TF32: conv "
                  f"{torch.backends.cudnn.allow_tf32}, matmul {torch.backends.cuda.matmul.allow_tf32}")
@@ -435,25 +435,28 @@ def _ratio(a: float, b: float | None) -> str:
     return f"{b / a:5.2f}x" if b and a == a and b == b else "    -"
 
 
-def markdown(rows: list[dict]) -> str:
-    """The README's table from a --json file: one line per model, batch and dtype."""
-    lines = ["| model | batch | dtype | mlxnet eager | mlxnet (default) | PyTorch eager | torch.compile | PyTorch / mlxnet | launches eager → compiled |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def markdown(rows: list[dict], graph_rows: list[dict] | None = None) -> str:
+    """The README's table from a --json file: one line per model, batch and dtype; with the rows
+    of a --cuda-graphs run, their mlxnet time as one more column."""
+    graphs = {(r["model"], r["batch"], r["dtype"]): r["mlxnet"] for r in graph_rows or []}
+    extra = " mlxnet, MLX's CUDA graphs |" if graph_rows else ""
+    lines = ["| model | batch | dtype | mlxnet eager | mlxnet (default) |" + extra +
+             " PyTorch eager | torch.compile | PyTorch / mlxnet | launches eager → compiled |",
+             "|---|---|---|---|---|" + ("---|" if graph_rows else "") + "---|---|---|---|"]
 
     def ms(v: float | None) -> str:
         return f"{v:.2f}" if v else "—"
     for r in rows:
         t = r.get("torch")
         ratio = f"{t / r['mlxnet']:.2f}×" if t else "—"
-        lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {ms(r['mlxnet_eager'])} | {ms(r['mlxnet'])} | "
-                     f"{ms(t)} | {ms(r.get('torch_compile'))} | {ratio} | "
+        graph = f" {ms(graphs.get((r['model'], r['batch'], r['dtype'])))} |" if graph_rows else ""
+        lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {ms(r['mlxnet_eager'])} | {ms(r['mlxnet'])} |"
+                     f"{graph} {ms(t)} | {ms(r.get('torch_compile'))} | {ratio} | "
                      f"{r['launches_eager']} → {r['launches_compiled']} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    if switch("MLXNET_MALLOC") == "tuned":
-        mlxnet.tune_cpu()  # as the mlxnet command does for its own process
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--only", nargs="*")
@@ -462,13 +465,23 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--torch-compile", action="store_true",
                     help='also time torch.compile(mode="reduce-overhead") (compiles each model: slow)')
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="keep MLX's CUDA graphs (what a library user gets without mlxnet.tune_gpu())")
     ap.add_argument("--json")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
-    ap.add_argument("--markdown", metavar="JSON", help="print the table of a --json file as markdown and exit")
+    ap.add_argument("--markdown", metavar="JSON", nargs="+",
+                    help="print the table of a --json file as markdown and exit; a second file, "
+                         "from a --cuda-graphs run, adds its mlxnet column")
     a = ap.parse_args()
     if a.markdown:
-        print(markdown(json.load(open(a.markdown))["rows"]))
+        rows, *graphs = [json.load(open(path))["rows"] for path in a.markdown]
+        print(markdown(rows, graphs[0] if graphs else None))
         return
+    # As the mlxnet command does for its own process (before any GPU work).
+    if switch("MLXNET_MALLOC") == "tuned":
+        mlxnet.tune_cpu()
+    if not a.cuda_graphs:
+        mlxnet.tune_gpu()
     if a.list:
         print("\n".join(entries()))
         return

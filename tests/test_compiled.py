@@ -148,3 +148,40 @@ def test_compiled_gpu_forward_matches_eager(gpu, variant, dtype):
 
 def _leaves(tree) -> list[mx.array]:
     return [a for _, a in tree_flatten(tree) if isinstance(a, mx.array)]
+
+
+_FORWARD = """
+import sys, numpy as np, mlx.core as mx, mlxnet
+from mlx.utils import tree_flatten
+from mlxnet import families
+mlxnet.use_device("gpu")
+mx.random.seed(0)
+out = {}
+for variant in ("resnet18", "yolov8n", "lama"):
+    model, inputs = families.build_for_check(variant, None, None, 128)
+    model.eval()
+    for i, (_, a) in enumerate(tree_flatten(model(*inputs))):
+        out[f"{variant}{i}"] = np.array(a.astype(mx.float32))
+np.savez(sys.argv[1], **out)
+"""
+
+
+@pytest.mark.gpu
+def test_direct_launches_give_the_cuda_graph_outputs(gpu, tmp_path):
+    """mlxnet.tune_gpu (the command's default) only changes how MLX launches kernels."""
+    import os
+    import subprocess
+    import sys
+
+    results = []
+    for graphs in ("1", "0"):
+        path = tmp_path / f"graphs{graphs}.npz"
+        subprocess.run([sys.executable, "-c", _FORWARD, str(path)], check=True, timeout=600,
+                       env={**os.environ, "MLX_USE_CUDA_GRAPHS": graphs})
+        results.append(np.load(path))
+    with_graphs, direct = results
+    assert set(with_graphs.files) == set(direct.files) and len(direct.files) >= 3
+    for name in direct.files:
+        a, b = with_graphs[name], direct[name]
+        assert np.isfinite(b).all()
+        assert np.abs(a - b).max() <= 1e-3 * (np.abs(a).max() + 1e-6), name

@@ -126,3 +126,26 @@ def test_every_mlxnet_subpackage_is_packaged():
     found = {"mlxnet." + ".".join(p.parent.relative_to(ROOT / "mlxnet").parts)
              for p in (ROOT / "mlxnet").rglob("__init__.py")} - {"mlxnet."}
     assert found | {"mlxnet"} <= listed, sorted(found - listed)
+
+
+_TUNE_GPU = ("import os, mlxnet; before = os.environ.get('MLX_USE_CUDA_GRAPHS'); mlxnet.tune_gpu(); "
+             "print(before, os.environ.get('MLX_USE_CUDA_GRAPHS'), '|', mlxnet.cuda_graphs_info())")
+
+
+@pytest.mark.parametrize("user, expected", [(None, "0"), ("1", "1")])
+def test_tune_gpu_asks_mlx_for_direct_launches_unless_the_user_chose(user, expected):
+    env = {k: v for k, v in os.environ.items() if k != "MLX_USE_CUDA_GRAPHS"}
+    if user is not None:
+        env["MLX_USE_CUDA_GRAPHS"] = user
+    out = subprocess.run([sys.executable, "-c", _TUNE_GPU], capture_output=True, text=True, check=True,
+                         env=env).stdout.split("|")
+    assert out[0].split() == [str(user), expected]
+    assert ("direct launches" if expected == "0" else "CUDA graphs") in out[1]
+
+
+def test_the_command_tunes_its_own_process_for_the_gpu():
+    code = ("import os; from typer.testing import CliRunner; from mlxnet.cli import app; "
+            "r = CliRunner().invoke(app, ['ops']); print(r.exit_code, os.environ.get('MLX_USE_CUDA_GRAPHS'))")
+    env = {k: v for k, v in os.environ.items() if k != "MLX_USE_CUDA_GRAPHS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split()[-2:] == ["0", "0"], out.stdout[-500:]

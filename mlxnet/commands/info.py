@@ -25,6 +25,8 @@ def info() -> None:
     table.add_row("custom kernels", "on" if mlxnet.kernels_enabled() else "off (MLXNET_KERNELS=0)")
     table.add_row("BLAS (CPU)", mlxnet.blas_info())
     table.add_row("malloc (CPU)", mlxnet.malloc_info())
+    if mlxnet.backend() == "cuda":
+        table.add_row("GPU dispatch", mlxnet.cuda_graphs_info())
     # On the CPU, build or load them now, so the row says what the ops will use.
     table.add_row("CPU primitives", mlxnet.native_info(build=mlxnet.backend() == "cpu"))
     if mlxnet.backend() != "cpu":

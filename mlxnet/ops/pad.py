@@ -1,4 +1,9 @@
-"""Reflect and symmetric padding of NHWC maps (PyTorch's 'reflect', numpy's 'symmetric')."""
+"""Reflect and symmetric padding of NHWC maps (PyTorch's 'reflect', numpy's 'symmetric').
+
+The definition is one gather with a precomputed index; the GPU face is a copy kernel
+(custom_kernels/pad.kern) that mirrors each output pixel's row and column itself, so it reads
+no index array and writes each element once.
+"""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -7,6 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
+from .kernel_source import PortableKernel, int_params
 from .registry import register
 
 MODES = ("reflect", "symmetric")
@@ -27,24 +33,60 @@ def _pad_index(h: int, w: int, top: int, bottom: int, left: int, right: int, mod
     return mx.array(index.ravel().astype(np.int32))
 
 
-def _example() -> tuple[tuple, dict]:
-    return (mx.random.normal((2, 9, 11, 3)),), {"pads": (3, 2, 0, 4), "mode": "reflect"}
+PAD = PortableKernel("pad.kern", "pad2d", ["x", "p"], ["out"])
+_GROUP = 256
 
 
-@register("pad2d", example=_example)
-def pad2d(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect") -> mx.array:
-    """Pad the H, W axes of NHWC (or HWC) ``x`` by ``pads = (top, bottom, left, right)`` as one
-    gather, so the padded map is the only new buffer."""
+def _kernel(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect") -> mx.array:
+    top, bottom, left, right = _check(x, pads, mode)
+    if not (top or bottom or left or right):
+        return x
+    h, w = x.shape[-3:-1]
+    lead, c = x.shape[:-3], x.shape[-1]
+    n = int(np.prod(lead)) if lead else 1
+    oh, ow = h + top + bottom, w + left + right
+    # The kernel indexes with int and CUDA grids have at most 65535 blocks along y and z:
+    # beyond that the gather definition runs.
+    if max(x.size, n * oh * ow * c) >= 2**31 - _GROUP or max(n, oh) > 65535:
+        return pad2d.__wrapped__(x, pads, mode)
+    params = int_params((n, h, w, c, oh, ow, top, left, int(mode == "symmetric")))
+    (out,) = PAD([x, params], template=[("T", x.dtype)], grid=(c * ow, oh, n),
+                 threadgroup=(_GROUP, 1, 1), output_shapes=[(*lead, oh, ow, c)], output_dtypes=[x.dtype])
+    return out
+
+
+def _check(x: mx.array, pads: tuple[int, int, int, int], mode: str) -> tuple[int, int, int, int]:
     if mode not in MODES:
         raise MlxnetError(f"pad2d: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     top, bottom, left, right = pads
     if not (top or bottom or left or right):
-        return x
+        return pads
     h, w = x.shape[-3:-1]
     edge = 1 if mode == "reflect" else 0  # reflect does not repeat the edge, so it reaches one less
     if min(pads) < 0 or max(top, bottom) > h - edge or max(left, right) > w - edge:
         raise MlxnetError(f"pad2d: a {h}×{w} feature map is too small to {mode}-pad by {tuple(pads)} "
                           "(top, bottom, left, right)")
+    return pads
+
+
+def _example() -> tuple[tuple, dict]:
+    return (mx.random.normal((2, 9, 11, 3)),), {"pads": (3, 2, 0, 4), "mode": "reflect"}
+
+
+def _edge_examples() -> list[tuple[tuple, dict]]:
+    return [((mx.array([[[1.0], [2.0]], [[3.0], [4.0]]]),), {"pads": (1, 0, 1, 1), "mode": "symmetric"}),
+            ((mx.random.normal((3, 4, 2)),), {"pads": (2, 1, 1, 1), "mode": "reflect"}),
+            ((mx.zeros((0, 3, 3, 2)),), {"pads": (1, 1, 1, 1), "mode": "reflect"})]
+
+
+@register("pad2d", kernel=_kernel, sources=(PAD,), example=_example, edge_examples=_edge_examples)
+def pad2d(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect") -> mx.array:
+    """Pad the H, W axes of NHWC (or HWC) ``x`` by ``pads = (top, bottom, left, right)``; the
+    definition is one gather, so the padded map is the only new buffer."""
+    top, bottom, left, right = _check(x, pads, mode)
+    if not (top or bottom or left or right):
+        return x
+    h, w = x.shape[-3:-1]
     index = _pad_index(h, w, top, bottom, left, right, mode)
     lead, c = x.shape[:-3], x.shape[-1]
     flat = mx.take(x.reshape(*lead, h * w, c), index, axis=-2)

@@ -1,0 +1,31 @@
+"""Let MLX launch its CUDA kernels one by one instead of recording them into CUDA graphs.
+
+MLX's CUDA back end records every kernel into a CUDA graph and launches the graph every
+``MLX_MAX_OPS_PER_BUFFER`` ops; each cuDNN convolution is stream-captured into a child graph.
+For the convolutional models here that recording costs more host time than the kernels take
+on the GPU, so the GPU waits; launching directly (``MLX_USE_CUDA_GRAPHS=0``) is faster for every
+model we ship (README "Performance"; ``scripts/bench_dispatch.py`` compares the settings).
+
+MLX reads the variable once per process, at its first GPU operation, and it then holds for
+every MLX user in the process. So it is opt-in: :func:`mlxnet.tune_gpu` before the first GPU
+work. The ``mlxnet`` command calls it for its own process. A value the user set is kept, so
+``MLX_USE_CUDA_GRAPHS=1`` keeps MLX's graphs in the command too.
+"""
+from __future__ import annotations
+
+import os
+
+VARIABLE = "MLX_USE_CUDA_GRAPHS"
+
+
+def configure() -> None:
+    """Ask MLX for direct launches, unless the user chose (Metal and CPU builds ignore it)."""
+    os.environ.setdefault(VARIABLE, "0")
+
+
+def cuda_graphs_info() -> str:
+    """What MLX will use (or uses, once its GPU has started) on CUDA builds."""
+    value = os.environ.get(VARIABLE)
+    if value is None:
+        return "CUDA graphs (MLX's default)"
+    return f"{'CUDA graphs' if value.strip() not in ('0', '') else 'direct launches'} ({VARIABLE}={value})"
