@@ -88,6 +88,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
+    mlxnet.tune_gpu()  # as the mlxnet command runs (before any GPU work)
     mlxnet.use_device("gpu")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
