@@ -142,6 +142,18 @@ def test_cli_check_json_and_exit_codes(tmp_path):
     assert out.returncode == 1 and out.stderr.startswith("error: unknown model 'nosuchmodel'")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["resnet50", "yolov8s", "sam-tiny", "lama"])
+def test_cli_check_passes_in_float16_on_the_gpu(gpu, name):
+    """The command's GPU default (compiled forwards, direct launches) keeps every port within
+    its float16 tolerance of the float32 definitions."""
+    out = subprocess.run([sys.executable, "-m", "mlxnet", "check", name, "--json", "--size", "128",
+                          "--dtype", "float16"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["passed"] and report["dtype"] == "float16" and report["tested"].startswith(gpu)
+
+
 @pytest.mark.parametrize("name, dtype", [("yolov8n", "float32"), ("lama-fourier", "float16")])
 def test_cli_check_covers_the_model_ports(name, dtype):
     out = subprocess.run([sys.executable, "-m", "mlxnet", "check", name, "--json", "--size", "64",

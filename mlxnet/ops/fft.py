@@ -64,7 +64,10 @@ def rfft2(x: mx.array, norm: str = "backward") -> mx.array:
     n, h, w, c = x.shape
     x = x.astype(mx.float32)
     if not _use_dft(h, w):
-        return mx.fft.rfft2(x, axes=(1, 2), norm=norm)
+        # MLX returns the layout of its last 1-D pass (a strided view of NHWC). Made row-
+        # contiguous here, so a view of its dtype (LaMa reads it as float pairs) shares the
+        # buffer: a view of a strided array is copied, on CUDA through host-visible memory.
+        return mx.contiguous(mx.fft.rfft2(x, axes=(1, 2), norm=norm))
     along_w, along_h, _, _ = _matrices(h, w, norm)
     k = w // 2 + 1
     out = []
