@@ -4,8 +4,9 @@
     python scripts/bench_models.py --device gpu [--batch 1 8] [--dtype float32 float16] [--torch-compile]
 
 For every entry, batch size and dtype it times, alternating rep by rep (so a noisy machine
-slows all alike): mlxnet eager (``MLXNET_COMPILE=0``), mlxnet as users get it by default
-(compiled on GPUs, see mlxnet.nn.compiled), PyTorch eager and, with ``--torch-compile``,
+slows all alike): mlxnet eager (``MLXNET_COMPILE=0``), mlxnet as the ``mlxnet`` command runs it
+(compiled on GPUs, see mlxnet.nn.compiled; MLX's CUDA kernels launched directly, see
+mlxnet.tune_gpu, unless ``--cuda-graphs``), PyTorch eager and, with ``--torch-compile``,
 ``torch.compile(mode="reduce-overhead")`` (CUDA graphs). It also counts the primitives MLX runs
 per forward, eager and compiled (views excluded: about one kernel launch each). Models have
 random weights (speed does not depend on the values). Float32 runs as each library defaults
