@@ -6,7 +6,8 @@
 #   call 2, carry [".mlx-cuda-b", ".ref-sam"]:  bash scripts/gpu_check.sh [--bench | --profile ARGS | --script NAME.py ARGS]
 #
 # Call 2 installs MLX's CUDA build and this checkout (into /tmp/proj, not the machine's Python),
-# then runs `pytest -m gpu` on 15 workers (about 5 minutes); --bench runs
+# then runs `pytest -m gpu` on 15 workers (about 5 minutes; further arguments go to pytest, e.g.
+# `-k pad2d`); --bench runs
 # scripts/bench_models.py --device gpu at batch 1 and 8, float32 and float16, instead, writing
 # $OUT/bench.json; --profile ARGS runs scripts/profile_gpu.py ARGS (per-kernel times). Carrying .ref-sam (MobileSAM's modules, see scripts/sam_reference.py) gives
 # the SAM entries their PyTorch reference; without it they are timed alone.
@@ -40,4 +41,4 @@ if [[ "${1:-}" == "--bench" ]]; then
 fi
 # Outside the checkout, so that tests import the installed copy (with its built files).
 cd /tmp
-timeout 560 python3 -m pytest -q -m gpu -n 15 -p no:cacheprovider -p no:benchmark "$root/tests"
+timeout 560 python3 -m pytest -q -m gpu -n 15 -p no:cacheprovider -p no:benchmark "$root/tests" "$@"

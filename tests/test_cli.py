@@ -20,6 +20,19 @@ def test_info_reports_backend_device_and_blas():
         assert field in out.stdout
 
 
+@pytest.mark.gpu
+def test_info_says_how_the_gpu_launches_kernels(gpu):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MLX_USE_CUDA_GRAPHS"}
+    out = run("info", env=env)
+    assert out.returncode == 0, out.stderr
+    # The command's own process launches directly (mlxnet.tune_gpu); Metal has no such row.
+    assert ("direct launches (MLX_USE_CUDA_GRAPHS=0)" in out.stdout) == (gpu == "cuda")
+    kept = run("info", env={**env, "MLX_USE_CUDA_GRAPHS": "1"})
+    assert ("CUDA graphs (MLX_USE_CUDA_GRAPHS=1)" in kept.stdout) == (gpu == "cuda")
+
+
 def test_ops_lists_every_registered_op():
     import mlxnet
 

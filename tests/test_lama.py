@@ -162,6 +162,16 @@ def test_pad2d_matches_numpy(mode):
                                       np.pad(x[0], [(t, b), (l, r), (0, 0)], mode=mode))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 9, 11, 5), (70000, 3, 3, 1)])
+def test_pad2d_kernel_matches_numpy_and_falls_back_past_its_grid(gpu, shape):
+    """The GPU kernel, and past CUDA's 65535 blocks along z (batch), the gather definition."""
+    x = np.random.default_rng(1).random(shape).astype(np.float32)
+    for mode in ("reflect", "symmetric"):
+        got = np.array(ops.pad2d(mx.array(x), (2, 1, 1, 2), mode))
+        np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (2, 1), (1, 2), (0, 0)], mode=mode))
+
+
 @pytest.mark.parametrize("padding", [0, 1])
 def test_cpu_conv_in_bands_equals_one_conv(monkeypatch, padding):
     from mlxnet.ops import conv
