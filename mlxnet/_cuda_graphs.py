@@ -14,6 +14,7 @@ work. The ``mlxnet`` command calls it for its own process. A value the user set 
 from __future__ import annotations
 
 import os
+import re
 
 VARIABLE = "MLX_USE_CUDA_GRAPHS"
 
@@ -28,4 +29,11 @@ def cuda_graphs_info() -> str:
     value = os.environ.get(VARIABLE)
     if value is None:
         return "CUDA graphs (MLX's default)"
-    return f"{'CUDA graphs' if value.strip() not in ('0', '') else 'direct launches'} ({VARIABLE}={value})"
+    return f"{'CUDA graphs' if _mlx_reads(value) else 'direct launches'} ({VARIABLE}={value})"
+
+
+def _mlx_reads(value: str) -> int:
+    """The number MLX reads from the variable: C's atoi (leading digits, else 0), so 'true' or
+    'yes' mean 0 to MLX."""
+    match = re.match(r"\s*([+-]?\d+)", value)
+    return int(match.group(1)) if match else 0

@@ -132,15 +132,17 @@ _TUNE_GPU = ("import os, mlxnet; before = os.environ.get('MLX_USE_CUDA_GRAPHS');
              "print(before, os.environ.get('MLX_USE_CUDA_GRAPHS'), '|', mlxnet.cuda_graphs_info())")
 
 
-@pytest.mark.parametrize("user, expected", [(None, "0"), ("1", "1")])
-def test_tune_gpu_asks_mlx_for_direct_launches_unless_the_user_chose(user, expected):
+@pytest.mark.parametrize("user, expected, graphs", [(None, "0", False), ("1", "1", True),
+                                                    ("true", "true", False), (" 2", " 2", True)])
+def test_tune_gpu_asks_mlx_for_direct_launches_unless_the_user_chose(user, expected, graphs):
     env = {k: v for k, v in os.environ.items() if k != "MLX_USE_CUDA_GRAPHS"}
     if user is not None:
         env["MLX_USE_CUDA_GRAPHS"] = user
     out = subprocess.run([sys.executable, "-c", _TUNE_GPU], capture_output=True, text=True, check=True,
                          env=env).stdout.split("|")
-    assert out[0].split() == [str(user), expected]
-    assert ("direct launches" if expected == "0" else "CUDA graphs") in out[1]
+    assert out[0].split() == [str(user).strip(), expected.strip()]
+    # As MLX reads it (C's atoi): 'true' is 0 to MLX.
+    assert ("CUDA graphs" if graphs else "direct launches") in out[1]
 
 
 def test_the_command_tunes_its_own_process_for_the_gpu():
