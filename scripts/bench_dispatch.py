@@ -13,28 +13,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
 
 
 def _median_ms(fn, reps: int = 20, warmup: int = 3) -> float:
+    """Median ms of evaluating ``fn()`` to the end (bench_models' timer, one run)."""
     import mlx.core as mx
 
-    for _ in range(warmup):
-        mx.eval(fn())
-    mx.synchronize()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
+    import bench_models
+
+    def run() -> None:
         mx.eval(fn())
         mx.synchronize()
-        ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
+    return bench_models.time_alternating({"run": run}, warmup, reps, pause=0.0)["run"]
 
 
 def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
@@ -44,7 +39,8 @@ def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
     import bench_models
     import mlxnet
 
-    mlxnet.use_device(os.environ.get("BENCH_DEVICE", "gpu"))
+    device = os.environ.get("BENCH_DEVICE", "gpu")  # cpu: try the script where there is no GPU
+    mlxnet.use_device(device)
     out: dict = {}
     x = mx.random.normal((1, 32, 32, 64)).astype(mx.float16)
     w = mx.random.normal((64, 3, 3, 64)).astype(mx.float16) * 0.05
@@ -66,7 +62,7 @@ def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
     for name in only:
         for batch in batches:
             for dtype in dtypes:
-                bench = table[name](os.environ.get("BENCH_DEVICE", "gpu"), batch, dtype)
+                bench = table[name](device, batch, dtype)
                 out[f"{name} b{batch} {dtype}"] = _median_ms(bench.mlx)
                 del bench
                 bench_models._free()

@@ -45,7 +45,6 @@ def profile(run: Callable[[], None], reps: int, trace: Path) -> dict:
     """Kernel statistics of ``reps`` calls of ``run`` (already warm)."""
     import time
 
-    import torch
     from torch.profiler import ProfilerActivity, profile as tprofile
 
     with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -62,7 +61,6 @@ def profile(run: Callable[[], None], reps: int, trace: Path) -> dict:
     by_kind: dict[str, float] = defaultdict(float)
     for name, ds in by_name.items():
         by_kind[kind(name)] += sum(ds) / reps
-    del torch
     return {"wall_ms": wall, "busy_ms": sum(sum(d) for d in by_name.values()) / reps,
             "kernels": len(kernels) / reps, "by_kind": dict(by_kind),
             "top": sorted(((sum(ds) / reps, len(ds) / reps, name) for name, ds in by_name.items()), reverse=True)}

@@ -126,6 +126,14 @@ def render(filename: str, kernel: str, target: str) -> tuple[str, str]:
     return header + shared, body_prelude + bodies[kernel]
 
 
+def nhwc_grid_fits(n: int, h: int, largest: int, group: int) -> bool:
+    """Whether one thread per element of an NHWC tensor, on a (C * W, H, N) grid of ``group``-
+    thread groups, fits the launch limits: kernels index with int, so the largest tensor (and
+    the grid rounded up to whole groups) stays below 2^31; CUDA grids have at most 65535
+    blocks along y and z."""
+    return largest < 2**31 - group and max(n, h) <= 65535
+
+
 @functools.lru_cache(maxsize=512)
 def int_params(values: tuple[int, ...]) -> mx.array:
     """Runtime sizes for a kernel as a small int32 array (not template constants, so one

@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
-from .kernel_source import PortableKernel, int_params
+from .kernel_source import PortableKernel, int_params, nhwc_grid_fits
 from .registry import register
 
 MODES = ("reflect", "symmetric")
@@ -45,10 +45,8 @@ def _kernel(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect")
     lead, c = x.shape[:-3], x.shape[-1]
     n = int(np.prod(lead)) if lead else 1
     oh, ow = h + top + bottom, w + left + right
-    # The kernel indexes with int and CUDA grids have at most 65535 blocks along y and z:
-    # beyond that the gather definition runs.
-    if max(x.size, n * oh * ow * c) >= 2**31 - _GROUP or max(n, oh) > 65535:
-        return pad2d.__wrapped__(x, pads, mode)
+    if not nhwc_grid_fits(n, oh, max(x.size, n * oh * ow * c), _GROUP):
+        return pad2d.__wrapped__(x, pads, mode)  # the gather definition has no such limits
     params = int_params((n, h, w, c, oh, ow, top, left, int(mode == "symmetric")))
     (out,) = PAD([x, params], template=[("T", x.dtype)], grid=(c * ow, oh, n),
                  threadgroup=(_GROUP, 1, 1), output_shapes=[(*lead, oh, ow, c)], output_dtypes=[x.dtype])

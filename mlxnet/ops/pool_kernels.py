@@ -17,7 +17,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from ..errors import MlxnetError
-from .kernel_source import PortableKernel, int_params
+from .kernel_source import PortableKernel, int_params, nhwc_grid_fits
 from .pool_common import Axis
 
 _FIXED = "pool.kern"
@@ -48,10 +48,8 @@ def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence
             dtypes: Sequence[mx.Dtype], init_value: float | None = None) -> list[mx.array]:
     """One thread per element of the NHWC ``threads`` shape, on a (C * W, H, N) grid."""
     n, h, w, c = threads
-    # Kernels index with int: the largest tensor (and the rounded-up grid) must fit; CUDA
-    # grids have at most 65535 blocks along y and z.
     largest = max([n * h * w * c] + [a.size for a in inputs])
-    if largest >= 2**31 - _GROUP or max(n, h) > 65535:
+    if not nhwc_grid_fits(n, h, largest, _GROUP):
         raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements with batch and "
                           f"height <= 65535, got {largest} elements, shape {tuple(threads)}")
     return kernel(list(inputs) + [int_params(tuple(params))], template=template,
