@@ -21,7 +21,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import center_crop, draw_boxes, load_image, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference
-from mlxnet.weights import Checkpoint, Description, WeightSpec, load_variant, register_spec
+from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -176,9 +176,7 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     if variant is None:
         raise MlxnetError(f"{ckpt.path}: {block.__name__} stages of {blocks} blocks fit no ResNet "
                           f"({', '.join(f'{n} {c.layers}' for n, c in CONFIGS.items())})")
-    names = ckpt.meta_json("names") if ckpt.converted else None
-    return Description(variant, {"num_classes": shapes["fc.weight"][0]},
-                       tuple(map(str, names)) if names is not None else None)
+    return Description(variant, {"num_classes": shapes["fc.weight"][0]}, describe_from_metadata(ckpt).names)
 
 
 for _name in CONFIGS:

@@ -488,7 +488,8 @@ def main() -> None:
         return
     mlxnet.use_device(a.device)
     mlxnet.native_info(build=a.device == "cpu")  # build or load the CPU primitives before timing
-    print(_header(a.device))
+    header = _header(a.device)  # imports torch and asks the device: once
+    print(header)
     print(f"{'model':18s} {'b':>2s} {'dtype':8s} {'eager':>8s} {'mlxnet':>8s} {'torch':>8s} "
           f"{'t.comp':>8s} {'vs torch':>8s} {'launches':>10s}  note   (ms; 'vs torch' = torch / mlxnet)")
     rows = []
@@ -518,7 +519,7 @@ def main() -> None:
                 _free()
                 if a.json:  # after every row: a run cut short keeps what it measured
                     with open(a.json, "w") as f:
-                        json.dump({"device": a.device, "backend": mlxnet.backend(), "header": _header(a.device),
+                        json.dump({"device": a.device, "backend": mlxnet.backend(), "header": header,
                                    "rows": rows}, f, indent=1)
 
 
