@@ -201,7 +201,26 @@ def _convt_cases() -> list[Case]:
 
 CONV_TRANSPOSE: list[Case] = _convt_cases()
 
-CASES: list[Case] = POOLING + CONV_TRANSPOSE
+# ---- fft ---------------------------------------------------------------------------------
+# LaMa's Fourier unit: rfft2 then irfft2 (norm 'ortho') of an NHWC map. At a 512² image the
+# maps are 64² with 192 channels; 2048² images give 256². mlxnet uses the DFT GEMMs up to
+# ops.fft._MAX_DFT per side, mx.fft beyond it.
+
+
+def _fft_case(shape: tuple) -> Case:
+    hw = shape[1:3]
+    return Case(
+        "fft", f"rfft2+irfft2 ortho fp32 {'x'.join(map(str, shape))}", _act(shape),
+        lambda x: ops.fft.irfft2(ops.fft.rfft2(x, "ortho"), s=hw, norm="ortho"),
+        lambda x: mx.fft.irfft2(mx.fft.rfft2(x, axes=(1, 2), norm="ortho"), s=hw, axes=(1, 2), norm="ortho"),
+        lambda t: torch.fft.irfftn(torch.fft.rfftn(t, dim=(-2, -1), norm="ortho"), s=hw, dim=(-2, -1),
+                                   norm="ortho"),
+        record=shape[1:] == (64, 64, 192))
+
+
+FFT = [_fft_case((n, s, s, 192)) for n in (1, 8) for s in (32, 64, 128, 256)]
+
+CASES: list[Case] = POOLING + CONV_TRANSPOSE + FFT
 
 
 # ---- timing ------------------------------------------------------------------------------

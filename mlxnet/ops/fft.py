@@ -1,9 +1,11 @@
 """2-D real FFTs over the H and W axes of NHWC maps (LaMa's FourierUnit).
 
-MLX's CPU FFT runs on one core. For the small maps LaMa transforms (the image / 8), the DFT as
-dense matrices is cheaper on the CPU: one GEMM per axis, with the real and imaginary parts as
-a 2×2 block structure (|error| ~5e-7 of the largest value). Larger maps, and GPUs, use
-``mx.fft``.
+For the small maps LaMa transforms (the image / 8) the DFT as dense matrices beats ``mx.fft``:
+MLX's CPU FFT runs on one core, and on GPUs each of its 1-D passes sits behind a transposing
+copy of the complex map. The DFT here is two GEMMs per direction whose operands are plain
+reshapes of NHWC (the DFT matrix multiplies from the left, so W and then H are contracted in
+place), and one elementwise pass that combines the real and imaginary parts. Larger maps use
+``mx.fft``: the GEMMs' cost grows with H + W per element, the FFT's with log(H·W).
 """
 from __future__ import annotations
 
@@ -13,10 +15,9 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-from ..device import backend
 from ..errors import MlxnetError
 
-_MAX_DFT = 128  # the GEMMs' cost grows with H + W per element, the FFT's with log(H·W)
+_MAX_DFT = 128  # largest side transformed by the GEMMs
 _NORMS = ("backward", "ortho", "forward")
 
 
@@ -34,19 +35,21 @@ def _scales(norm: str, h: int, w: int) -> tuple[float, float, float, float]:
 
 @lru_cache(maxsize=16)
 def _matrices(h: int, w: int, norm: str) -> tuple[mx.array, mx.array, mx.array, mx.array]:
-    """DFT matrices. Complex values are (re, im) pairs t; a row or column index (i, t) is
-    i·2 + t, so the GEMM operands below are plain reshapes of the data."""
+    """(rfft along W, DFT along H, inverse DFT along H, c2r along W), float32.
+
+    A complex value is a (re, im) pair t; the W-side matrices index it as k·2 + t, so that a
+    (…, K, 2, C) map is their (…, 2K, C) operand. The H-side matrices are real: rows (t', u)
+    stack cos over ∓sin, and the complex product is finished by :func:`_combine`.
+    """
     sh, sw, ih, iw = _scales(norm, h, w)
     k = w // 2 + 1
     wk = 2 * np.pi * np.outer(np.arange(k), np.arange(w)) / w  # (k, w)
-    # rfft along W: rows (k, t): Re = Σ x cos, Im = −Σ x sin
+    # rfft along W, rows (k, t): Re = Σ x cos, Im = −Σ x sin
     along_w = np.stack([np.cos(wk), -np.sin(wk)], 1).reshape(2 * k, w) * sw
     hu = 2 * np.pi * np.outer(np.arange(h), np.arange(h)) / h
     c, s = np.cos(hu), np.sin(hu)
-    # complex DFT along H, rows (u, t') by columns (t, h): e^{−iθ}(a + ib) = (a c + b s) + i(b c − a s)
-    along_h = np.stack([np.concatenate([c, s], 1), np.concatenate([-s, c], 1)], 1).reshape(2 * h, 2 * h) * sh
-    # inverse along H, rows (h, t') by columns (u, t): e^{iθ}(a + ib) = (a c − b s) + i(a s + b c)
-    inv_h = np.stack([np.stack([c, -s], 2), np.stack([s, c], 2)], 1).reshape(2 * h, 2 * h) * ih
+    along_h = np.concatenate([c, -s]) * sh  # e^{−iθ}: rows (cos, −sin)
+    inv_h = np.concatenate([c, s]) * ih     # e^{+iθ}: rows (cos, sin)
     # c2r along W, (w, (k, t)): DC and Nyquist once, the others twice (Hermitian halves);
     # their imaginary parts meet sin 0 = sin πw = 0, i.e. are ignored, as pocketfft does
     twice = np.where((np.arange(k) == 0) | ((w % 2 == 0) & (np.arange(k) == w // 2)), 1.0, 2.0)[:, None]
@@ -54,8 +57,21 @@ def _matrices(h: int, w: int, norm: str) -> tuple[mx.array, mx.array, mx.array, 
     return tuple(mx.array(m.astype(np.float32)) for m in (along_w, along_h, inv_h, inv_w))
 
 
+def _combine(q: mx.array, pair_axis: int) -> mx.array:
+    """Finish a complex product along H from the GEMM's two real halves.
+
+    ``q`` is (N, 2, …) with a (re, im) pair axis at ``pair_axis`` of ``q[:, 0]``: half 0 is cos·z, half 1 is ∓sin·z
+    (sign folded into the matrix), so the product is half 0 + (−1, +1)·(half 1 with re and
+    im swapped): (a + ib)(c ∓ is) = (ac ± bs) + i(bc ∓ as).
+    """
+    sign = mx.array([-1.0, 1.0]).reshape((2,) + (1,) * (q.ndim - 2 - pair_axis))
+    idx = [slice(None)] * (q.ndim - 1)
+    idx[pair_axis] = slice(None, None, -1)
+    return q[:, 0] + sign * q[:, 1][tuple(idx)]
+
+
 def _use_dft(h: int, w: int) -> bool:
-    return backend() == "cpu" and max(h, w) <= _MAX_DFT
+    return max(h, w) <= _MAX_DFT
 
 
 def rfft2(x: mx.array, norm: str = "backward") -> mx.array:
@@ -70,12 +86,11 @@ def rfft2(x: mx.array, norm: str = "backward") -> mx.array:
         return mx.contiguous(mx.fft.rfft2(x, axes=(1, 2), norm=norm))
     along_w, along_h, _, _ = _matrices(h, w, norm)
     k = w // 2 + 1
-    out = []
-    for image in x:
-        r = (along_w @ image.transpose(1, 0, 2).reshape(w, h * c)).reshape(k, 2 * h, c)  # (k, (t, h), c)
-        y = (along_h @ r).reshape(k, h, 2, c)  # (k, u, t, c)
-        out.append(mx.view(mx.contiguous(y.transpose(1, 0, 3, 2)), mx.complex64).reshape(h, k, c))
-    return out[0][None] if n == 1 else mx.stack(out)
+    p = along_w @ x.reshape(n * h, w, c)                                  # (N·H, K·2, C)
+    q = (along_h @ p.reshape(n, h, 2 * k * c)).reshape(n, 2, h, k, 2, c)  # rows (t', u)
+    # combined with the pair axis last (the complex64 layout); made contiguous for the view
+    pairs = _combine(mx.swapaxes(q, -1, -2), pair_axis=4)                 # (N, H, K, C, 2)
+    return mx.view(mx.contiguous(pairs), mx.complex64).reshape(n, h, k, c)
 
 
 def irfft2(f: mx.array, s: tuple[int, int], norm: str = "backward") -> mx.array:
@@ -89,9 +104,7 @@ def irfft2(f: mx.array, s: tuple[int, int], norm: str = "backward") -> mx.array:
     if not _use_dft(h, w):
         return mx.fft.irfft2(f, s=s, axes=(1, 2), norm=norm)
     _, _, inv_h, inv_w = _matrices(h, w, norm)
-    out = []
-    for spectrum in f:
-        p = mx.view(spectrum, mx.float32).reshape(h, k, c, 2).transpose(1, 0, 3, 2).reshape(k, 2 * h, c)
-        z = (inv_h @ p).reshape(k, h, 2, c).transpose(1, 0, 2, 3).reshape(h, 2 * k, c)  # (h, (k, t), c)
-        out.append(inv_w @ z)
-    return out[0][None] if n == 1 else mx.stack(out)
+    pairs = mx.view(mx.contiguous(f), mx.float32)                           # (N, H, K, C·2)
+    r = (inv_h @ pairs.reshape(n, h, k * c * 2)).reshape(n, 2, h, k, c, 2)  # rows (t', u)
+    z = mx.contiguous(_combine(mx.swapaxes(r, -1, -2), pair_axis=3))        # (N, H, K, 2, C)
+    return (inv_w @ z.reshape(n * h, 2 * k, c)).reshape(n, h, w, c)
