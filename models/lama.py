@@ -36,7 +36,7 @@ from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference
-from mlxnet.ops.fft import irfft2, rfft2
+from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
 from mlxnet.dtypes import as_dtype
 
@@ -88,7 +88,7 @@ class FourierUnit(nn.Module):
     :meth:`LaMa.set_dtype`): with the 'ortho' norm the zero-frequency term is the channel mean
     times sqrt(H·W), so a 2048² image (256² at this depth) scales it by 256 and activations in
     the hundreds leave float16's range (65504); half precision would also round away the
-    small high-frequency terms summed over H·W pixels. MLX's FFT is complex64-only anyway.
+    small high-frequency terms summed over H·W pixels.
     """
 
     def __init__(self, channels: int) -> None:
@@ -98,15 +98,20 @@ class FourierUnit(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         n, h, w, c = x.shape
-        f = rfft2(x, norm="ortho")  # (n, h, w//2+1, c), complex64
-        # Channel 2c+0 is the real part of input channel c, 2c+1 its imaginary part (the
-        # reference's stack(-1) + permute + view): complex64 memory read as float32 pairs is
-        # exactly that order, so both conversions are free views, not copies.
-        f = mx.view(f, mx.float32)
-        f = ops.conv2d(f, self.conv_layer.weight.astype(mx.float32))
-        f = mx.view(batch_norm_relu(self.bn, f), mx.complex64)
-        y = irfft2(f, s=(h, w), norm="ortho")
-        return y.astype(x.dtype)
+        # The spectrum comes as planes, (real of every channel, imaginary of every channel) per
+        # frequency; the reference's channel 2c+0 is the real part of channel c and 2c+1 its
+        # imaginary part (its stack(-1) + permute + view). So the conv's input channels are
+        # read in plane order, and BN+ReLU writes its output back into planes.
+        f = rfft2_planar(x, norm="ortho").reshape(n, h, -1, 2 * c)  # (n, h, w//2+1, 2c) planes
+        weight = self.conv_layer.weight.astype(mx.float32)  # (2c, 1, 1, 2c)
+        f = ops.conv2d(f, _pairs_to_planes(weight).reshape(weight.shape))
+        f = batch_norm_relu(self.bn, f, regroup=_pairs_to_planes)
+        return irfft2_planar(f, s=(h, w), norm="ortho").astype(x.dtype)
+
+
+def _pairs_to_planes(a: mx.array) -> mx.array:
+    """The last axis, channels ordered (c, re/im), as (re/im, c): a view, (…, 2, C)."""
+    return mx.swapaxes(a.reshape(*a.shape[:-1], -1, 2), -1, -2)
 
 
 class SpectralTransform(nn.Module):

@@ -24,11 +24,16 @@ def check_against_numpy(shape: tuple, norm: str, tol: float, monkeypatch) -> Non
     want = np.fft.rfft2(x.astype(np.float64), axes=(1, 2), norm=norm)
     assert got.shape == want.shape and got.dtype == np.complex64
     np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+    planes = np.array(fft.rfft2_planar(mx.array(x), norm=norm))  # (N, H, K, 2, C)
+    assert planes.dtype == np.float32
+    np.testing.assert_allclose(planes, np.stack([want.real, want.imag], 3), atol=tol * np.abs(want).max())
     # any spectrum, not only a Hermitian one: the inverse ignores what irfft2 ignores
     spec = (rng.standard_normal(want.shape) + 1j * rng.standard_normal(want.shape)).astype(np.complex64)
     back = np.array(fft.irfft2(mx.array(spec), s=shape[1:3], norm=norm))
     ref = np.fft.irfft2(spec.astype(np.complex128), s=shape[1:3], axes=(1, 2), norm=norm)
     assert back.shape == shape and back.dtype == np.float32
+    np.testing.assert_allclose(back, ref, atol=tol * np.abs(ref).max())
+    back = np.array(fft.irfft2_planar(mx.array(np.stack([spec.real, spec.imag], 3)), s=shape[1:3], norm=norm))
     np.testing.assert_allclose(back, ref, atol=tol * np.abs(ref).max())
 
 
@@ -53,5 +58,8 @@ def test_round_trip_and_bad_arguments():
         assert mx.abs(y - x).max().item() < 1e-5
         with pytest.raises(MlxnetError, match="norm must be one of"):
             fft.rfft2(x, norm="unitary")
-        with pytest.raises(MlxnetError, match=r"a spectrum of 12×9 does not give an 12×20 map"):
-            fft.irfft2(fft.rfft2(x), s=(12, 20))
+        for s in ((12, 20), (12, 200)):  # both paths
+            with pytest.raises(MlxnetError, match=rf"a spectrum of 12×9 does not give an 12×{s[1]} map"):
+                fft.irfft2(fft.rfft2(x), s=s)
+            with pytest.raises(MlxnetError, match=rf"a spectrum of 12×9 does not give an 12×{s[1]} map"):
+                fft.irfft2_planar(fft.rfft2_planar(x), s=s)

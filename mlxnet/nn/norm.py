@@ -2,6 +2,8 @@
 (frozen) BatchNorm with conv folding."""
 from __future__ import annotations
 
+from typing import Callable
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -14,15 +16,22 @@ def _affine_relu(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     return mx.maximum(x * scale + shift, 0)
 
 
-def batch_norm_relu(bn: nn.BatchNorm, x: mx.array) -> mx.array:
+def batch_norm_relu(bn: nn.BatchNorm, x: mx.array,
+                    regroup: Callable[[mx.array], mx.array] | None = None) -> mx.array:
     """``relu(bn(x))`` for an inference-mode BatchNorm as one fused pass over ``x``: MLX runs the
     layer as four broadcast ops and the ReLU as a fifth. The
-    statistics fold into a per-channel scale and shift first, as a folded conv would carry them."""
+    statistics fold into a per-channel scale and shift first, as a folded conv would carry them.
+
+    ``regroup`` (a view that splits and reorders the channel axis) is applied to the result; in
+    inference mode it is applied to ``x`` and to the scale and shift instead, so the fused pass
+    writes the regrouped layout.
+    """
+    regroup = regroup or (lambda a: a)
     if bn.training or "running_mean" not in bn:
-        return nn.relu(bn(x))
+        return regroup(nn.relu(bn(x)))
     scale = bn.weight * mx.rsqrt(bn.running_var + bn.eps)
     shift = bn.bias - bn.running_mean * scale
-    return _affine_relu(x, scale.astype(x.dtype), shift.astype(x.dtype))
+    return _affine_relu(regroup(x), regroup(scale.astype(x.dtype)), regroup(shift.astype(x.dtype)))
 
 
 class LayerNorm2d(LayerNorm):
