@@ -202,16 +202,16 @@ def _convt_cases() -> list[Case]:
 CONV_TRANSPOSE: list[Case] = _convt_cases()
 
 # ---- fft ---------------------------------------------------------------------------------
-# LaMa's Fourier unit: rfft2 then irfft2 (norm 'ortho') of an NHWC map. At a 512² image the
-# maps are 64² with 192 channels; 2048² images give 256². mlxnet uses the DFT GEMMs up to
-# ops.fft._MAX_DFT per side, mx.fft beyond it.
+# LaMa's Fourier unit: rfft2 then irfft2 (norm 'ortho') of an NHWC map, mlxnet's in the planar
+# layout LaMa uses. At a 512² image the maps are 64² with 192 channels; 2048² images give 256².
+# mlxnet uses the DFT GEMMs up to ops.fft._MAX_DFT per side, mx.fft beyond it.
 
 
 def _fft_case(shape: tuple) -> Case:
     hw = shape[1:3]
     return Case(
         "fft", f"rfft2+irfft2 ortho fp32 {'x'.join(map(str, shape))}", _act(shape),
-        lambda x: ops.fft.irfft2(ops.fft.rfft2(x, "ortho"), s=hw, norm="ortho"),
+        lambda x: ops.fft.irfft2_planar(ops.fft.rfft2_planar(x, "ortho"), s=hw, norm="ortho"),
         lambda x: mx.fft.irfft2(mx.fft.rfft2(x, axes=(1, 2), norm="ortho"), s=hw, axes=(1, 2), norm="ortho"),
         lambda t: torch.fft.irfftn(torch.fft.rfftn(t, dim=(-2, -1), norm="ortho"), s=hw, dim=(-2, -1),
                                    norm="ortho"),
