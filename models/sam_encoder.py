@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxnet.errors import MlxnetError
 from mlxnet import ops
-from mlxnet.nn import GELU, Conv2d, LayerNorm, compiled_for_inference, conv_bn_act
+from mlxnet.nn import GELU, Conv2d, LayerNorm, compiled_for_inference
 
 
 class Conv2dBN(nn.Module):
@@ -29,8 +29,8 @@ class Conv2dBN(nn.Module):
         self.c = Conv2d(cin, cout, ks, stride, pad, groups=groups, bias=False)
         self.bn = nn.BatchNorm(cout)
 
-    def __call__(self, x: mx.array, activation: str | None = None) -> mx.array:
-        return conv_bn_act(self.c, self.bn, x, activation)
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.bn(self.c(x))
 
 
 class PatchEmbed(nn.Module):
@@ -56,8 +56,8 @@ class MBConv(nn.Module):
         self.conv3 = Conv2dBN(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = self.conv1(x, activation="gelu")
-        y = self.conv2(y, activation="gelu")
+        y = ops.gelu(self.conv1(x))
+        y = ops.gelu(self.conv2(y))
         return ops.gelu(self.conv3(y) + x)
 
 
@@ -71,8 +71,8 @@ class PatchMerging(nn.Module):
         self.conv3 = Conv2dBN(out_dim, out_dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        x = self.conv1(x, activation="gelu")
-        x = self.conv2(x, activation="gelu")
+        x = ops.gelu(self.conv1(x))
+        x = ops.gelu(self.conv2(x))
         return self.conv3(x)
 
 

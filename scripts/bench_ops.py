@@ -220,51 +220,7 @@ def _fft_case(shape: tuple) -> Case:
 
 FFT = [_fft_case((n, s, s, 192)) for n in (1, 8) for s in (32, 64, 128, 256)]
 
-# ---- depthwise conv + BatchNorm + activation ----------------------------------------------
-# SAM-tiny's MBConv (256 hidden channels at 256², batch 8) and local conv (160 channels at 64²).
-# MLX: its grouped conv, then the epilogue compiled into one elementwise pass; PyTorch: conv,
-# then its fused affine and GELU kernels.
-
-
-def _dw_setup(shape: tuple, dtype: mx.Dtype) -> Callable[[float], tuple[mx.array, ...]]:
-    def make(scale: float) -> tuple[mx.array, ...]:
-        (x,) = _act(shape, dtype)(scale)
-        c = shape[-1]
-        return (x, mx.random.normal((c, 3, 3, 1)).astype(dtype) * 0.2, mx.random.uniform(0.5, 1.5, (c,)),
-                mx.random.normal((c,)))
-    return make
-
-
-def _dw_torch_inputs(xs: tuple[mx.array, ...], device: str) -> tuple:
-    x, w, scale, shift = xs
-    (tx,) = channels_first([x], device)
-    tw = torch.from_numpy(np.array(w.astype(mx.float32))).permute(0, 3, 1, 2).to(device, tx.dtype)
-    ts = [torch.from_numpy(np.array(v)).to(device, tx.dtype)[:, None, None] for v in (scale, shift)]
-    return (tx, tw, *ts)
-
-
-@mx.compile
-def _dw_epilogue(y, scale, shift):
-    return ops.gelu(y * scale.astype(y.dtype) + shift.astype(y.dtype))
-
-
-def _dw_case(shape: tuple, dtype: mx.Dtype, label: str) -> Case:
-    c = shape[-1]
-    return Case(
-        "depthwise", f"dwconv3x3+BN+GELU {label} {str(dtype).split('.')[-1]} {'x'.join(map(str, shape))}",
-        _dw_setup(shape, dtype),
-        lambda x, w, s, b: ops.depthwise_conv2d(x, w, s, b, padding=1, activation="gelu"),
-        lambda x, w, s, b: _dw_epilogue(mx.conv2d(x, w, padding=1, groups=c), s, b),
-        lambda x, w, s, b: F.gelu(F.conv2d(x, w, padding=1, groups=c) * s + b),
-        _dw_torch_inputs, record=label == "MBConv" and shape[0] == 8)
-
-
-DEPTHWISE = [_dw_case(shape, dtype, label) for label, shape in (("MBConv", (8, 256, 256, 256)),
-                                                                 ("MBConv", (1, 256, 256, 256)),
-                                                                 ("local", (8, 64, 64, 160)))
-             for dtype in (mx.float16, mx.float32)]
-
-CASES: list[Case] = POOLING + CONV_TRANSPOSE + FFT + DEPTHWISE
+CASES: list[Case] = POOLING + CONV_TRANSPOSE + FFT
 
 
 # ---- timing ------------------------------------------------------------------------------

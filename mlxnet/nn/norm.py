@@ -8,19 +8,12 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..weights.fold import fold_conv_bn
-from .. import ops
 from .layers import Conv2d, LayerNorm
 
 
 @mx.compile
 def _affine_relu(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     return mx.maximum(x * scale + shift, 0)
-
-
-def bn_scale_shift(bn: nn.BatchNorm) -> tuple[mx.array, mx.array]:
-    """An inference-mode BatchNorm as the per-channel (scale, shift) it multiplies and adds."""
-    scale = bn.weight * mx.rsqrt(bn.running_var + bn.eps)
-    return scale, bn.bias - bn.running_mean * scale
 
 
 def batch_norm_relu(bn: nn.BatchNorm, x: mx.array,
@@ -36,28 +29,9 @@ def batch_norm_relu(bn: nn.BatchNorm, x: mx.array,
     regroup = regroup or (lambda a: a)
     if bn.training or "running_mean" not in bn:
         return regroup(nn.relu(bn(x)))
-    scale, shift = bn_scale_shift(bn)
+    scale = bn.weight * mx.rsqrt(bn.running_var + bn.eps)
+    shift = bn.bias - bn.running_mean * scale
     return _affine_relu(regroup(x), regroup(scale.astype(x.dtype)), regroup(shift.astype(x.dtype)))
-
-
-def conv_bn_act(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, activation: str | None = None) -> mx.array:
-    """``activation(bn(conv(x)))``; activation None, "relu", "gelu" (erf form) or "silu".
-
-    A depthwise conv with an inference-mode BatchNorm runs as one op (conv, the BN's scale and
-    shift, activation: :func:`mlxnet.ops.depthwise_conv2d`), so its output is written once.
-    """
-    c = x.shape[-1]
-    depthwise = conv.groups == c == conv.weight.shape[0] and conv.weight.shape[-1] == 1
-    if depthwise and conv.dilation in (1, (1, 1)) and not bn.training and "running_mean" in bn:
-        scale, shift = bn_scale_shift(bn)
-        if "bias" in conv:
-            shift = shift + conv.bias * scale
-        return ops.depthwise_conv2d(x, conv.weight, scale, shift, stride=conv.stride,
-                                    padding=conv.padding, activation=activation)
-    y = bn(conv(x))
-    if activation == "relu":
-        return nn.relu(y)
-    return {None: lambda v: v, "gelu": ops.gelu, "silu": ops.silu}[activation](y)
 
 
 class LayerNorm2d(LayerNorm):

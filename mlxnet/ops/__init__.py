@@ -15,9 +15,8 @@ from . import pooling  # noqa: E402  (registers the pooling ops)
 from .pooling import *  # noqa: F401,F403
 from .conv_transpose import conv_transpose1d, conv_transpose2d
 from .pad import pad2d
-from .depthwise import depthwise_conv2d
 
 __all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "pointwise_conv_of_concat", "nms", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
-           "conv_transpose1d", "conv_transpose2d", "pad2d", "depthwise_conv2d"]
+           "conv_transpose1d", "conv_transpose2d", "pad2d"]
 __all__ += pooling.__all__
 __all__ += ["conv_transpose1d", "conv_transpose2d"]
