@@ -104,6 +104,14 @@ def load_image(path: PathLike, mode: str = "RGB") -> np.ndarray:
         raise MlxnetError(f"{path}: cannot convert a {im.mode} image to {mode} ({e})") from None
 
 
+def load_images(images: PathLike | np.ndarray | Sequence[PathLike | np.ndarray]) -> tuple[list[np.ndarray], bool]:
+    """The pixels of one image or of a sequence of them (paths are read by :func:`load_image`,
+    arrays taken as they are), and whether it was one image (a predictor then returns one
+    result, not a list)."""
+    single = isinstance(images, (str, os.PathLike, np.ndarray))
+    return [im if isinstance(im, np.ndarray) else load_image(im) for im in ([images] if single else images)], single
+
+
 def load_mask(path: PathLike) -> np.ndarray:
     """Read an inpainting mask as HW uint8: 255 where the pixel is filled, 0 elsewhere.
 

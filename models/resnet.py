@@ -6,7 +6,6 @@ checkpoints map by the identity table plus layout conversion.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -19,7 +18,7 @@ import numpy as np
 from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
-from mlxnet.image import center_crop, draw_boxes, load_image, resize_pil
+from mlxnet.image import center_crop, draw_boxes, load_image, load_images, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference
 from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
 
@@ -303,8 +302,7 @@ class Classifier:
                 k: int = 5) -> Classification | list[Classification]:
         """The top ``k`` labels of one image (path or uint8 HWC RGB), or a list for a list, which
         runs as one batch."""
-        single = isinstance(images, (str, os.PathLike, np.ndarray))
-        pixels = [load_image(im) if not isinstance(im, np.ndarray) else im for im in ([images] if single else images)]
+        pixels, single = load_images(images)
         batch = mx.concatenate([preprocess(p) for p in pixels])
         results = [Classification(top) for top in top_k(self.net(batch), k, self.names)]
         return results[0] if single else results

@@ -25,7 +25,7 @@ import numpy as np
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
-from mlxnet.image import load_image
+from mlxnet.image import load_images
 from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             register_spec)
@@ -424,8 +424,7 @@ class YOLO:
         """Detections for one image (path or uint8 HWC RGB array), or a list for a list. A list
         runs as batches: the images whose letterboxed shapes agree go through one forward, so
         each gets exactly the result it would get alone."""
-        single = isinstance(images, (str, os.PathLike, np.ndarray))
-        pixels = [load_image(im) if not isinstance(im, np.ndarray) else im for im in ([images] if single else images)]
+        pixels, single = load_images(images)
         for img in pixels:
             if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
                 raise MlxnetError(f"expected a uint8 (H, W, 3) RGB image, got {img.dtype} {img.shape}")

@@ -80,7 +80,6 @@ def main() -> None:
     if a.child:
         print(json.dumps(child(a.only, a.batch, a.dtype)))
         return
-    results = {}
     for setting in [""] + a.env:
         env = dict(os.environ)
         env.update(kv.split("=", 1) for kv in setting.split(",") if kv)
@@ -89,8 +88,8 @@ def main() -> None:
         if run.returncode:
             print(f"{setting or 'default'}: failed\n{run.stderr[-2000:]}")
             continue
-        results[setting or "default"] = json.loads(run.stdout.strip().splitlines()[-1])
-        print(f"{setting or 'default'}: " + ", ".join(f"{k} {v:.2f}" for k, v in results[setting or 'default'].items()), flush=True)
+        times = json.loads(run.stdout.strip().splitlines()[-1])
+        print(f"{setting or 'default'}: " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()), flush=True)
 
 
 if __name__ == "__main__":

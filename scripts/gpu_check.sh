@@ -23,22 +23,29 @@ source .mlx-cuda-b/env.sh
 bash .mlx-cuda-b/install.sh >/dev/null 2>&1 || { echo "MLX CUDA install failed (was call 1 run first?)"; exit 1; }
 python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/proj . >/dev/null 2>&1
 export PYTHONPATH=/tmp/proj:${PYTHONPATH:-}
-if [[ "${1:-}" == "--profile" ]]; then  # per-kernel profile, scripts/profile_gpu.py ARGS
+# One script of scripts/ under the call's time limit, warnings dropped, its output also kept
+# in $OUT/LOG: run_logged LOG SCRIPT.py ARGS
+run_logged() {
+  local log=$1
   shift
-  timeout 560 python3 scripts/profile_gpu.py --out /tmp/profile "$@" 2>&1 | grep -v -i warn | tee -a "${OUT:-/tmp}/profile.txt"
-  exit "${PIPESTATUS[0]}"
-fi
-if [[ "${1:-}" == "--script" ]]; then  # any script of scripts/ on the GPU: --script NAME.py ARGS
-  shift
-  timeout 560 python3 "scripts/$1" "${@:2}" 2>&1 | grep -v -i warn | tee -a "${OUT:-/tmp}/script.txt"
-  exit "${PIPESTATUS[0]}"
-fi
-if [[ "${1:-}" == "--bench" ]]; then
-  shift
-  timeout 560 python3 scripts/bench_models.py --device gpu --batch 1 8 --dtype float32 float16 \
-    --json "${OUT:-/tmp}/bench.json" "$@" 2>&1 | grep -v -i warn
-  exit "${PIPESTATUS[0]}"
-fi
+  timeout 560 python3 "scripts/$1" "${@:2}" 2>&1 | grep -v -i warn | tee -a "${OUT:-/tmp}/$log"
+  return "${PIPESTATUS[0]}"
+}
+case "${1:-}" in
+  --profile)  # per-kernel profile, scripts/profile_gpu.py ARGS
+    shift
+    run_logged profile.txt profile_gpu.py --out /tmp/profile "$@"
+    exit ;;
+  --script)  # any script of scripts/ on the GPU: --script NAME.py ARGS
+    shift
+    run_logged script.txt "$@"
+    exit ;;
+  --bench)
+    shift
+    run_logged bench.txt bench_models.py --device gpu --batch 1 8 --dtype float32 float16 \
+      --json "${OUT:-/tmp}/bench.json" "$@"
+    exit ;;
+esac
 # Outside the checkout, so that tests import the installed copy (with its built files).
 cd /tmp
 timeout 560 python3 -m pytest -q -m gpu -n 15 -p no:cacheprovider -p no:benchmark "$root/tests" "$@"

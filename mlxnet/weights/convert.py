@@ -108,14 +108,15 @@ def model_weights(ckpt: Checkpoint, spec: WeightSpec, description: Description, 
 
 
 def load_model(source: str | os.PathLike | Checkpoint, spec: WeightSpec | str, *, dtype: DTypeLike = None,
-               fold_bn: bool = False) -> tuple[nn.Module, Description]:
+               fold_bn: bool = False, found: Description | None = None) -> tuple[nn.Module, Description]:
     """Build the model a checkpoint describes (variant, class count, ...) and load it, in eval
-    mode; with the description (class names among it)."""
+    mode; with the description (class names among it). ``found``: the description, where the
+    caller has already read it with this spec's ``describe``."""
     spec = get_spec(spec)
     if spec.build is None:
         raise MlxnetError(f"spec {spec.id!r} cannot build its model (WeightSpec.build)")
     ckpt = source if isinstance(source, Checkpoint) else open_checkpoint(source, spec.checkpoint_key)
-    found = describe(ckpt, spec)
+    found = found if found is not None else describe(ckpt, spec)
     weights, folded = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
     model = load_into(spec.build(fold_bn=folded, **found.config), weights, source=str(ckpt.path))
     model.eval()
@@ -134,7 +135,7 @@ def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: s
         raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not one of {', '.join(variants)}")
     if model is not None and found.variant != model:
         raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
-    return load_model(ckpt, found.variant, dtype=dtype)
+    return load_model(ckpt, found.variant, dtype=dtype, found=found)
 
 
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: WeightSpec | str, *,
