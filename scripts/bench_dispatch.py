@@ -22,14 +22,9 @@ HERE = Path(__file__).parent
 
 def _median_ms(fn, reps: int = 20, warmup: int = 3) -> float:
     """Median ms of evaluating ``fn()`` to the end (bench_models' timer, one run)."""
-    import mlx.core as mx
-
     import bench_models
 
-    def run() -> None:
-        mx.eval(fn())
-        mx.synchronize()
-    return bench_models.time_alternating({"run": run}, warmup, reps, pause=0.0)["run"]
+    return bench_models.time_alternating({"run": bench_models.mlx_runner(fn)}, warmup, reps, pause=0.0)["run"]
 
 
 def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import contextlib
 import re
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -106,8 +107,6 @@ def torch_sync(dev) -> None:
 
 def _torch_ready(module, inputs: tuple, device: str, dtype: str) -> tuple[Any, tuple, str]:
     """Module and inputs on the device, in float16 where the device runs it (CUDA, MPS)."""
-    import torch
-
     dev = torch_device(device)
     half = dtype == "float16" and dev.type != "cpu"
     module = module.eval().to(dev)
@@ -367,35 +366,43 @@ def entries() -> dict[str, Build]:
 
 # --- running --------------------------------------------------------------------------------------
 
+def mlx_runner(forward: Callable[[], Any], compiled: bool | None = None) -> Callable[[], None]:
+    """One timed call: build ``forward()``'s outputs and evaluate them to the end, compiled or
+    not (None: the library's default)."""
+    def run() -> None:
+        with contextlib.nullcontext() if compiled is None else mlxnet.use_compile(compiled):
+            mx.eval(forward())
+        mx.synchronize()
+    return run
+
+
+def torch_runner(module: Any, inputs: tuple, device: str) -> Callable[[], None]:
+    """One timed PyTorch call, synchronised with the device."""
+    import torch
+
+    dev = torch_device(device)
+
+    def run() -> None:
+        with torch.no_grad():
+            module(*inputs)
+        torch_sync(dev)
+    return run
+
+
 def measure(bench: Bench, device: str, reps: int, torch_compile: bool) -> dict[str, Any]:
     """Times (ms) and primitive counts of one Bench."""
     import torch
 
-    dev = torch_device(device)
     pause = 0.25 if device == "cpu" else 0.0
-
-    def mlx_run(compiled: bool) -> Callable[[], None]:
-        def run() -> None:
-            with mlxnet.use_compile(compiled):
-                mx.eval(bench.mlx())
-            mx.synchronize()
-        return run
-
-    runs: dict[str, Callable[[], None]] = {"mlxnet_eager": mlx_run(False)}
+    runs: dict[str, Callable[[], None]] = {"mlxnet_eager": mlx_runner(bench.mlx, compiled=False)}
     default_compiled = mlxnet.compile_enabled()
     if default_compiled:
-        runs["mlxnet"] = mlx_run(True)
-
-    def torch_run(module: Any) -> Callable[[], None]:
-        def run() -> None:
-            with torch.no_grad():
-                module(*bench.torch_inputs)
-            torch_sync(dev)
-        return run
+        runs["mlxnet"] = mlx_runner(bench.mlx, compiled=True)
     if bench.torch_module is not None:
-        runs["torch"] = torch_run(bench.torch_module)
+        runs["torch"] = torch_runner(bench.torch_module, bench.torch_inputs, device)
         if torch_compile and not isinstance(bench.torch_module, _Call):
-            runs["torch_compile"] = torch_run(torch.compile(bench.torch_module, mode="reduce-overhead"))
+            runs["torch_compile"] = torch_runner(torch.compile(bench.torch_module, mode="reduce-overhead"),
+                                                 bench.torch_inputs, device)
     # torch.compile compiles on its first calls: more warm-up where it runs.
     result: dict[str, Any] = time_alternating(runs, warmup=5 if torch_compile else 2, reps=reps, pause=pause)
     if not default_compiled:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 import mlxnet
-import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_models  # noqa: E402
@@ -84,8 +83,6 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", default="/tmp/profile", help="folder for the Chrome traces")
     a = ap.parse_args()
-    import torch
-
     mlxnet.tune_gpu()  # as the mlxnet command runs (before any GPU work)
     mlxnet.use_device("gpu")
     out = Path(a.out)
@@ -96,18 +93,10 @@ def main() -> None:
         for batch in a.batch:
             for dtype in a.dtype:
                 bench = table[name]("gpu", batch, dtype)
-                dev = bench_models.torch_device("gpu")
-
-                def mlx_run() -> None:
-                    mx.eval(bench.mlx())
-                    mx.synchronize()
-
-                def torch_run() -> None:
-                    with torch.no_grad():
-                        bench.torch_module(*bench.torch_inputs)
-                    bench_models.torch_sync(dev)
                 print(f"\n{name} batch {batch} {dtype} ({bench.note})", flush=True)
-                sides = [("mlxnet", mlx_run)] + ([("torch", torch_run)] if bench.torch_module is not None else [])
+                sides = [("mlxnet", bench_models.mlx_runner(bench.mlx))]
+                if bench.torch_module is not None:
+                    sides.append(("torch", bench_models.torch_runner(bench.torch_module, bench.torch_inputs, "gpu")))
                 for label, run in sides:
                     for _ in range(3):
                         run()
