@@ -24,29 +24,16 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_yolo import GAINS, SEED, seeded  # noqa: E402  (the same seeded weights and gains; sets YOLO_* env)
+from golden_yolo import GAINS, SEED, seeded, seeded_state  # noqa: E402  (the same seeded weights and gains; sets YOLO_* env)
 
 NAMES = {0: "cat", 1: "dog"}
 RESNET_CLASSES = 10
-
-
-def yolo_state(shapes: list[tuple[str, tuple[int, ...]]]) -> dict[str, np.ndarray]:
-    """The seeded tensors with the DFL ramp and the gains (mlxnet.models.yolo.seeded_torch_state)."""
-    w = seeded.seeded_state_dict(shapes, SEED)
-    w["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
-    for k in w:
-        if k.endswith(".bn.weight"):
-            w[k] = w[k] * np.float32(GAINS[0])
-        elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
-            w[k] = w[k] * np.float32(GAINS[1])
-    return w
 
 
 def main(out: Path, save_checkpoints: bool) -> None:
@@ -64,7 +51,7 @@ def main(out: Path, save_checkpoints: bool) -> None:
     model = DetectionModel("yolov8s.yaml", nc=len(NAMES), verbose=False)
     model.names = dict(NAMES)
     shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in yolo_state(shapes).items()}, strict=False)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in seeded_state(shapes, *GAINS).items()}, strict=False)
     model.eval()
     saved = copy.deepcopy(model).half()  # what `yolo train` writes: the EMA model in float16
     if save_checkpoints:

@@ -49,13 +49,9 @@ IOU = 0.7
 IMAGES = ("bus", "zidane")
 
 
-def seeded_model(scale: str, bn_gain: float, head_gain: float):
-    import torch
-    from ultralytics import YOLO
-
-    yolo = YOLO(f"yolov8{scale}.yaml", task="detect")
-    model = yolo.model
-    shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
+def seeded_state(shapes: list[tuple[str, tuple[int, ...]]], bn_gain: float, head_gain: float) -> dict[str, np.ndarray]:
+    """The seeded tensors for these (key, shape)s, with the DFL ramp and the gains
+    (mlxnet.models.yolo.seeded_torch_state)."""
     w = seeded.seeded_state_dict(shapes, SEED)
     w["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
     for k in w:
@@ -63,6 +59,17 @@ def seeded_model(scale: str, bn_gain: float, head_gain: float):
             w[k] = w[k] * np.float32(bn_gain)
         elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
             w[k] = w[k] * np.float32(head_gain)
+    return w
+
+
+def seeded_model(scale: str, bn_gain: float, head_gain: float):
+    import torch
+    from ultralytics import YOLO
+
+    yolo = YOLO(f"yolov8{scale}.yaml", task="detect")
+    model = yolo.model
+    shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
+    w = seeded_state(shapes, bn_gain, head_gain)
     missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()}, strict=False)
     assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
     model.eval()
