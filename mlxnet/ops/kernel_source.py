@@ -126,12 +126,24 @@ def render(filename: str, kernel: str, target: str) -> tuple[str, str]:
     return header + shared, body_prelude + bodies[kernel]
 
 
-def nhwc_grid_fits(n: int, h: int, largest: int, group: int) -> bool:
-    """Whether one thread per element of an NHWC tensor, on a (C * W, H, N) grid of ``group``-
-    thread groups, fits the launch limits: kernels index with int, so the largest tensor (and
-    the grid rounded up to whole groups) stays below 2^31; CUDA grids have at most 65535
-    blocks along y and z."""
-    return largest < 2**31 - group and max(n, h) <= 65535
+NHWC_GROUP = 256  # threads per group of the NHWC launches
+
+
+def launch_nhwc(kernel: "PortableKernel", inputs: Sequence[mx.array], params: Sequence[int], template: list,
+                threads: Sequence[int], shapes: Sequence[Sequence[int]], dtypes: Sequence[mx.Dtype],
+                init_value: float | None = None) -> list[mx.array] | None:
+    """Run ``kernel`` with one thread per element of the NHWC ``threads`` shape, on a (C * W, H, N)
+    grid, the runtime sizes ``params`` appended as the last input. None, without launching,
+    where that exceeds the launch limits (the caller raises or falls back): kernels index with
+    int, so the largest tensor (and the grid rounded up to whole groups) stays below 2^31; CUDA
+    grids have at most 65535 blocks along y and z."""
+    n, h, w, c = threads
+    largest = max([n * h * w * c] + [a.size for a in inputs])
+    if largest >= 2**31 - NHWC_GROUP or max(n, h) > 65535:
+        return None
+    return kernel(list(inputs) + [int_params(tuple(params))], template=template, grid=(c * w, h, n),
+                  threadgroup=(NHWC_GROUP, 1, 1), output_shapes=shapes, output_dtypes=dtypes,
+                  init_value=init_value)
 
 
 @functools.lru_cache(maxsize=512)

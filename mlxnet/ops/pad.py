@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
-from .kernel_source import PortableKernel, int_params, nhwc_grid_fits
+from .kernel_source import PortableKernel, launch_nhwc
 from .registry import register
 
 MODES = ("reflect", "symmetric")
@@ -34,7 +34,6 @@ def _pad_index(h: int, w: int, top: int, bottom: int, left: int, right: int, mod
 
 
 PAD = PortableKernel("pad.kern", "pad2d", ["x", "p"], ["out"])
-_GROUP = 256
 
 
 def _kernel(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect") -> mx.array:
@@ -45,12 +44,10 @@ def _kernel(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect")
     lead, c = x.shape[:-3], x.shape[-1]
     n = int(np.prod(lead)) if lead else 1
     oh, ow = h + top + bottom, w + left + right
-    if not nhwc_grid_fits(n, oh, max(x.size, n * oh * ow * c), _GROUP):
-        return pad2d.__wrapped__(x, pads, mode)  # the gather definition has no such limits
-    params = int_params((n, h, w, c, oh, ow, top, left, int(mode == "symmetric")))
-    (out,) = PAD([x, params], template=[("T", x.dtype)], grid=(c * ow, oh, n),
-                 threadgroup=(_GROUP, 1, 1), output_shapes=[(*lead, oh, ow, c)], output_dtypes=[x.dtype])
-    return out
+    outs = launch_nhwc(PAD, [x], (n, h, w, c, oh, ow, top, left, int(mode == "symmetric")), [("T", x.dtype)],
+                       (n, oh, ow, c), [(*lead, oh, ow, c)], [x.dtype])
+    # past the launch limits, the gather definition (which has none)
+    return outs[0] if outs is not None else pad2d.__wrapped__(x, pads, mode)
 
 
 def _check(x: mx.array, pads: tuple[int, int, int, int], mode: str) -> tuple[int, int, int, int]:

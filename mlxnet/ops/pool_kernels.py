@@ -17,7 +17,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from ..errors import MlxnetError
-from .kernel_source import PortableKernel, int_params, nhwc_grid_fits
+from .kernel_source import PortableKernel, launch_nhwc
 from .pool_common import Axis
 
 _FIXED = "pool.kern"
@@ -39,22 +39,20 @@ ADAPTIVE_MAX_INDICES = PortableKernel(_ADAPTIVE, "adaptive_max_pool2d_indices", 
 ADAPTIVE_MAX_GRAD = PortableKernel(_ADAPTIVE, "adaptive_max_pool2d_grad", ["indices", "g", "p"],
                                    ["dx"])
 
-_GROUP = 256
 _INDEX = mx.int32  # PyTorch uses int64; int32 covers planes of up to 2^31 elements
 
 
 def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence[int],
             template: list, threads: Sequence[int], shapes: Sequence[Sequence[int]],
             dtypes: Sequence[mx.Dtype], init_value: float | None = None) -> list[mx.array]:
-    """One thread per element of the NHWC ``threads`` shape, on a (C * W, H, N) grid."""
-    n, h, w, c = threads
-    largest = max([n * h * w * c] + [a.size for a in inputs])
-    if not nhwc_grid_fits(n, h, largest, _GROUP):
+    """One thread per element of the NHWC ``threads`` shape (:func:`launch_nhwc`)."""
+    outs = launch_nhwc(kernel, inputs, params, template, threads, shapes, dtypes, init_value)
+    if outs is None:
+        n, h, w, c = threads
+        largest = max([n * h * w * c] + [a.size for a in inputs])
         raise MlxnetError(f"pooling kernels take tensors of < 2^31 elements with batch and "
                           f"height <= 65535, got {largest} elements, shape {tuple(threads)}")
-    return kernel(list(inputs) + [int_params(tuple(params))], template=template,
-                  grid=(c * w, h, n), threadgroup=(_GROUP, 1, 1), output_shapes=shapes,
-                  output_dtypes=dtypes, init_value=init_value)
+    return outs
 
 
 def _fixed_params(shape: Sequence[int], rows: Axis, cols: Axis, count_pad: bool = False) -> list[int]:
