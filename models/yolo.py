@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from typing import Sequence
 
 import mlx.core as mx
@@ -358,26 +357,14 @@ for _s in SCALES:
 def seeded_torch_state(scale: str, seed: int, bn_gain: float = 1.0, head_gain: float = 20.0,
                        nc: int = 80) -> dict[str, np.ndarray]:
     """Deterministic random weights in the official checkpoint's keys and PyTorch layouts, exactly
-    as scripts/golden_yolo.py gives ultralytics: mlxnet.weights.seeded's tensors, the DFL at its
-    fixed 0..15 ramp, BatchNorm scales x ``bn_gain`` and the head's two output convs x ``head_gain``.
-
-    With plain seeded tensors the features shrink layer by layer and every score sits within
-    1e-6 of 0.5, so NMS order would hinge on rounding; the gains spread scores and box sizes.
-    """
+    as scripts/golden_yolo.py gives ultralytics (mlxnet.weights.seeded.seeded_yolo_state)."""
     from mlx.utils import tree_flatten
 
-    from mlxnet.weights.seeded import seeded_state_dict
+    from mlxnet.weights.seeded import seeded_yolo_state
 
     shapes = [(k, (v.shape[0], v.shape[3], v.shape[1], v.shape[2]) if v.ndim == 4 else v.shape)
               for k, v in tree_flatten(YOLOv8(scale, nc).parameters())]
-    state = seeded_state_dict(shapes, seed)
-    state["model.22.dfl.conv.weight"] = np.arange(REG_MAX, dtype=np.float32).reshape(1, REG_MAX, 1, 1)
-    for k in state:
-        if k.endswith(".bn.weight"):
-            state[k] = state[k] * np.float32(bn_gain)
-        elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
-            state[k] = state[k] * np.float32(head_gain)
-    return state
+    return seeded_yolo_state(shapes, seed, bn_gain, head_gain)
 
 
 def seeded(scale: str = "n", seed: int = 1234, bn_gain: float = 1.0, head_gain: float = 20.0) -> YOLOv8:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_yolo import GAINS, SEED, seeded, seeded_state  # noqa: E402  (the same seeded weights and gains; sets YOLO_* env)
+from golden_yolo import GAINS, SEED, seeded  # noqa: E402  (the same seeded weights and gains; sets YOLO_* env)
 
 NAMES = {0: "cat", 1: "dog"}
 RESNET_CLASSES = 10
@@ -51,7 +51,7 @@ def main(out: Path, save_checkpoints: bool) -> None:
     model = DetectionModel("yolov8s.yaml", nc=len(NAMES), verbose=False)
     model.names = dict(NAMES)
     shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in seeded_state(shapes, *GAINS).items()}, strict=False)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in seeded.seeded_yolo_state(shapes, SEED, *GAINS).items()}, strict=False)
     model.eval()
     saved = copy.deepcopy(model).half()  # what `yolo train` writes: the EMA model in float16
     if save_checkpoints:

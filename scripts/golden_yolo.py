@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -49,19 +48,6 @@ IOU = 0.7
 IMAGES = ("bus", "zidane")
 
 
-def seeded_state(shapes: list[tuple[str, tuple[int, ...]]], bn_gain: float, head_gain: float) -> dict[str, np.ndarray]:
-    """The seeded tensors for these (key, shape)s, with the DFL ramp and the gains
-    (mlxnet.models.yolo.seeded_torch_state)."""
-    w = seeded.seeded_state_dict(shapes, SEED)
-    w["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
-    for k in w:
-        if k.endswith(".bn.weight"):
-            w[k] = w[k] * np.float32(bn_gain)
-        elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
-            w[k] = w[k] * np.float32(head_gain)
-    return w
-
-
 def seeded_model(scale: str, bn_gain: float, head_gain: float):
     import torch
     from ultralytics import YOLO
@@ -69,7 +55,7 @@ def seeded_model(scale: str, bn_gain: float, head_gain: float):
     yolo = YOLO(f"yolov8{scale}.yaml", task="detect")
     model = yolo.model
     shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-    w = seeded_state(shapes, bn_gain, head_gain)
+    w = seeded.seeded_yolo_state(shapes, SEED, bn_gain, head_gain)
     missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()}, strict=False)
     assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
     model.eval()

@@ -7,6 +7,7 @@ This module imports nothing but numpy, so scripts can load it by file path.
 """
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Iterable
 
@@ -29,3 +30,19 @@ def seeded_tensor(key: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
 def seeded_state_dict(shapes: Iterable[tuple[str, tuple[int, ...]]], seed: int) -> dict[str, np.ndarray]:
     """Float tensors for each (key, shape); integer buffers (num_batches_tracked) are left out."""
     return {k: seeded_tensor(k, tuple(s), seed) for k, s in shapes}
+
+
+def seeded_yolo_state(shapes: Iterable[tuple[str, tuple[int, ...]]], seed: int, bn_gain: float,
+                      head_gain: float) -> dict[str, np.ndarray]:
+    """:func:`seeded_state_dict` for a YOLOv8 (ultralytics keys), made to give spread-out
+    outputs: the DFL conv at its fixed 0..15 ramp, BatchNorm scales × ``bn_gain`` and the
+    head's two output convs × ``head_gain``. With plain seeded tensors the features shrink layer
+    by layer and every score sits within 1e-6 of 0.5, so NMS order would hinge on rounding."""
+    state = seeded_state_dict(shapes, seed)
+    state["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
+    for k in state:
+        if k.endswith(".bn.weight"):
+            state[k] = state[k] * np.float32(bn_gain)
+        elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
+            state[k] = state[k] * np.float32(head_gain)
+    return state
