@@ -63,15 +63,17 @@ def _matrices(h: int, w: int, norm: str) -> tuple[mx.array, mx.array, mx.array, 
     hu = 2 * np.pi * np.outer(np.arange(h), np.arange(h)) / h   # (u, h)
     wk = 2 * np.pi * np.outer(np.arange(k), np.arange(w)) / w   # (k, w)
     along_h = np.stack([np.cos(hu), -np.sin(hu)], 1).reshape(2 * h, h) * sh  # e^{−iθ} of a real map
-    along_w = _pairs(np.cos(wk), -np.sin(wk), pair_first_out=False, pair_first_in=True) * sw    # e^{−iθ}, (k, pair) rows
+    # e^{−iθ} along W, rows (k, pair)
+    along_w = _pairs(np.cos(wk), -np.sin(wk), pair_first_out=False, pair_first_in=True) * sw
     # c2r along W: frequencies 0 < k < W/2 stand for their Hermitian twins too, so count twice;
     # DC's and Nyquist's imaginary parts then meet only the real part taken at the end, i.e. are
     # ignored, as pocketfft does
     twice = np.where((np.arange(k) == 0) | ((w % 2 == 0) & (np.arange(k) == w // 2)), 1.0, 2.0)[:, None]
-    inv_w = _pairs((twice * np.cos(wk)).T, (twice * np.sin(wk)).T, pair_first_out=True, pair_first_in=False) * iw
+    inv_w = _pairs((twice * np.cos(wk)).T, (twice * np.sin(wk)).T,
+                   pair_first_out=True, pair_first_in=False) * iw
     inv_h = np.stack([np.cos(hu), -np.sin(hu)], 2).reshape(h, 2 * h) * ih    # real part of e^{+iθ}·z
-    # inv_w is kept transposed and used as a view: its rows of 2K (odd·2) floats would leave
-    # cuBLAS an unaligned leading dimension (a kernel ~1.5× slower on the H100)
+    # inv_w is kept transposed and used as a view: its rows of 2K floats (K odd for even W) would
+    # give cuBLAS a leading dimension that is not a multiple of 4, and it picks slower kernels then
     inv_w = mx.array(inv_w.T.astype(np.float32)).T
     out = tuple(m if isinstance(m, mx.array) else mx.array(m.astype(np.float32))
                 for m in (along_h, along_w, inv_w, inv_h))
