@@ -20,9 +20,9 @@ On the GPU machine the references come with the script: ``scripts/yolo_torch.py`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
-import contextlib
 import re
 import statistics
 import sys

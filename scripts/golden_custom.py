@@ -51,7 +51,8 @@ def main(out: Path, save_checkpoints: bool) -> None:
     model = DetectionModel("yolov8s.yaml", nc=len(NAMES), verbose=False)
     model.names = dict(NAMES)
     shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in seeded.seeded_yolo_state(shapes, SEED, *GAINS).items()}, strict=False)
+    state = seeded.seeded_yolo_state(shapes, SEED, *GAINS)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
     model.eval()
     saved = copy.deepcopy(model).half()  # what `yolo train` writes: the EMA model in float16
     if save_checkpoints:

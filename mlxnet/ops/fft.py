@@ -74,9 +74,8 @@ def _matrices(h: int, w: int, norm: str) -> tuple[mx.array, mx.array, mx.array, 
     inv_h = np.stack([np.cos(hu), -np.sin(hu)], 2).reshape(h, 2 * h) * ih    # real part of e^{+iθ}·z
     # inv_w is kept transposed and used as a view: its rows of 2K floats (K odd for even W) would
     # give cuBLAS a leading dimension that is not a multiple of 4, and it picks slower kernels then
-    inv_w = mx.array(inv_w.T.astype(np.float32)).T
-    out = tuple(m if isinstance(m, mx.array) else mx.array(m.astype(np.float32))
-                for m in (along_h, along_w, inv_w, inv_h))
+    along_h, along_w, inv_w_t, inv_h = (mx.array(m.astype(np.float32)) for m in (along_h, along_w, inv_w.T, inv_h))
+    out = (along_h, along_w, inv_w_t.T, inv_h)
     mx.eval(out)  # materialised now, not inside the trace of a compiled forward
     return out
 
@@ -103,7 +102,7 @@ def irfft2_planar(spectrum: mx.array, s: tuple[int, int], norm: str = "backward"
     """The inverse of :func:`rfft2_planar` onto an (N, *s, C) map; imaginary parts that a real
     map's spectrum cannot have (DC's and Nyquist's) are ignored, as ``numpy.fft.irfft2`` does."""
     _check_norm(norm)
-    n, h, k, two, c = spectrum.shape
+    n, h, k, _, c = spectrum.shape
     _check_shape(h, k, s)
     spectrum = spectrum.astype(mx.float32)
     w = s[1]
