@@ -220,7 +220,27 @@ def _fft_case(shape: tuple) -> Case:
 
 FFT = [_fft_case((n, s, s, 192)) for n in (1, 8) for s in (32, 64, 128, 256)]
 
-CASES: list[Case] = POOLING + CONV_TRANSPOSE + FFT
+# ---- pad ---------------------------------------------------------------------------------
+# LaMa reflect-pads every 3×3 conv's input: 64² maps of 128 + 384 channels at a 512² image,
+# and 3 pixels around the 512² map before its last 7×7 conv. MLX has no reflect mode: its
+# zero-padding mx.pad is the built-in copy beside it.
+
+
+def _pad_case(shape: tuple, p: int, dtype: mx.Dtype) -> Case:
+    short = {mx.float32: "fp32", mx.float16: "fp16"}[dtype]
+    return Case(
+        "pad", f"pad2d reflect {p} {short} {'x'.join(map(str, shape))}", _act(shape, dtype),
+        lambda x: ops.pad2d(x, (p, p, p, p), "reflect"),
+        lambda x: mx.pad(x, ((0, 0), (p, p), (p, p), (0, 0))),
+        lambda t: F.pad(t, (p, p, p, p), mode="reflect"),
+        record=shape == (8, 64, 64, 384) and dtype == mx.float32)
+
+
+PAD = [_pad_case(shape, p, dt) for shape, p in (((8, 64, 64, 128), 1), ((8, 64, 64, 384), 1),
+                                                  ((8, 512, 512, 64), 3))
+       for dt in (mx.float32, mx.float16)]
+
+CASES: list[Case] = POOLING + CONV_TRANSPOSE + FFT + PAD
 
 
 # ---- timing ------------------------------------------------------------------------------

@@ -107,3 +107,49 @@ def test_silu_activation_matches_torch_and_bad_activations_error():
 @pytest.mark.gpu
 def test_silu_activation_on_gpu_matches_torch(gpu):
     _silu_conv_against_torch()
+
+
+def _column_pairs_against_torch(shape: tuple, c_out: int, dtype: mx.Dtype, run) -> None:
+    rng = np.random.default_rng(sum(shape) + c_out)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, (c_out, 3, 3, shape[-1]), (c_out,)))
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2)))
+    ty = torch.nn.functional.silu(torch.nn.functional.conv2d(tx, tw, torch.from_numpy(b), padding=1))
+    ty.square().sum().backward()
+    args = [mx.array(a).astype(dtype) for a in (x, w, b)]
+    y = run(*args)
+    grads = mx.grad(lambda *a: run(*a).astype(mx.float32).square().sum(), argnums=(0, 1))(*args)
+    scale = (4 if mlxnet.backend() != "cuda" else 2000) * (1 if dtype == mx.float32 else 4)  # CUDA: TF32
+    assert_close(y, ty.detach().numpy().transpose(0, 2, 3, 1), dtype, scale)
+    assert_close(grads[0], tx.grad.numpy().transpose(0, 2, 3, 1), dtype, scale)
+    assert_close(grads[1], tw.grad.numpy().transpose(0, 2, 3, 1), dtype, scale)
+
+
+@pytest.mark.parametrize("shape, c_out", [((2, 5, 8, 3), 5), ((1, 6, 10, 48), 48), ((1, 3, 2, 4), 2)])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_column_pair_conv_is_the_3x3_conv(shape, c_out, dtype):
+    """Pairs of columns packed into channels, with the weight spread over the pairs: the same
+    stride-1, padding-1 3×3 conv, forward and backward."""
+    from mlxnet.ops.conv import column_pair_conv3x3
+
+    def run(x, w, b):
+        v = column_pair_conv3x3(x, w) + b
+        return v * mx.sigmoid(v)
+
+    with mlxnet.use_device("cpu"):
+        _column_pairs_against_torch(shape, c_out, dtype, run)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_48_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
+    from mlxnet.ops import conv
+
+    calls = []
+    real = conv.column_pair_conv3x3
+    monkeypatch.setattr(conv, "column_pair_conv3x3", lambda *a: calls.append(a) or real(*a))
+    run = lambda *a: ops.conv2d(*a, padding=1, activation="silu")  # noqa: E731
+    _column_pairs_against_torch((2, 12, 16, 48), 48, dtype, run)
+    assert bool(calls) == (mlxnet.backend() == "cuda")
+    calls.clear()
+    _column_pairs_against_torch((2, 12, 15, 48), 48, dtype, run)  # odd width: the plain conv
+    assert not calls

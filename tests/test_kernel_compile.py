@@ -52,8 +52,11 @@ def test_renderings_cover_every_kernel_dtype_and_address_space():
         name = launch.kernel.kernel
         seen[name] |= {str(v) for _, v in launch.template if isinstance(v, mx.Dtype)}
         spaces[name] |= {m.group(1) for m in _PARAM.finditer(source) if m.group(4) != "p"}
+    floats = {"mlx.core.float32", "mlx.core.float16", "mlx.core.bfloat16"}
+    # pad2d copies bytes, as 8- or 4-byte words where they tile a pixel's channels
+    words = floats | {"mlx.core.uint64", "mlx.core.uint32"}
     for name in kernels:
-        assert seen[name] == {"mlx.core.float32", "mlx.core.float16", "mlx.core.bfloat16"}, name
+        assert seen[name] == (words if name == "pad2d" else floats), name
         # Each kernel's data inputs were rendered both under and over 8 elements.
         assert spaces[name] == {"constant", "device"}, (name, spaces[name])
 

@@ -172,6 +172,18 @@ def test_pad2d_kernel_matches_numpy_and_falls_back_past_its_grid(gpu, shape):
         np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (2, 1), (1, 2), (0, 0)], mode=mode))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, channels", [(np.float32, 6), (np.float32, 3), (np.float16, 2), (np.float16, 4),
+                                             (np.float16, 3), (np.uint8, 3), (np.uint8, 8)])
+def test_pad2d_kernel_copies_every_dtype_bit_for_bit(gpu, dtype, channels):
+    """The kernel moves 8- or 4-byte words where they tile a pixel's channels, else elements."""
+    x = (np.random.default_rng(2).random((2, 7, 6, channels)) * 200).astype(dtype)
+    for mode in ("reflect", "symmetric"):
+        got = np.array(ops.pad2d(mx.array(x), (2, 3, 1, 4), mode))
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (2, 3), (1, 4), (0, 0)], mode=mode))
+
+
 @pytest.mark.parametrize("padding", [0, 1])
 def test_cpu_conv_in_bands_equals_one_conv(monkeypatch, padding):
     from mlxnet.ops import conv

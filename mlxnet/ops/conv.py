@@ -12,8 +12,9 @@ strided copy plus one GEMM:
   bias and SiLU fused;
 - anything else: ``mx.conv2d``; very large inputs run in bands of output rows.
 
-On GPUs the op runs MLX's own convolution. The thresholds and the measurements behind each
-rule: docs/performance-notes.md.
+On GPUs the op runs MLX's own convolution; on CUDA, stride-1 3×3 convs of 40–56 channels
+run on pairs of columns packed into twice the channels (cuDNN picks slow kernels for these). The
+thresholds and the measurements behind each rule: docs/performance-notes.md.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from functools import lru_cache
 from typing import Sequence
 
 import mlx.core as mx
+import numpy as np
 
 from .. import _native
 from ..device import backend, is_tracing
@@ -70,11 +72,51 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
              activation: str | None = None) -> mx.array:
     _check_groups(x, weight, groups)
     _check_activation(activation)
-    y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
-                  groups=groups)
+    if _pairs_help(x, weight, _pair(stride), _pair(padding), _pair(dilation), groups):
+        y = column_pair_conv3x3(x, weight)
+    else:
+        y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+                      groups=groups)
     if activation == "silu":
         return silu(y, bias)
     return y if bias is None else y + bias
+
+
+# Channel counts whose stride-1 3×3 convs cuDNN runs slowly on CUDA and that run faster as
+# column-pair convs (measured; docs/performance-notes.md).
+PAIRED_CHANNELS = frozenset({40, 48, 56})
+
+
+def _pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair, groups: int) -> bool:
+    return (backend() == "cuda" and groups == 1 and tuple(weight.shape[1:3]) == (3, 3)
+            and stride == (1, 1) and padding == (1, 1) and dilation == (1, 1) and x.shape[2] % 2 == 0
+            and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS)
+
+
+@lru_cache(maxsize=16)
+def _pair_gather(o: int, c: int) -> tuple[mx.array, mx.array]:
+    """Where each element of the (2·o, 3, 3, 2·c) column-pair weight comes from in the flat
+    (o, 3, 3, c) weight, and which elements lie inside the kernel (the rest are zeros). Output
+    column 2j+t and packed input column j+J-1 (J = 0, 1, 2), part s, meet at kernel column
+    2(J-1) + s - t + 1 where that lies in 0..2; elsewhere the pair is outside the kernel."""
+    t, oo, row, J, s, cc = np.meshgrid(*(np.arange(k) for k in (2, o, 3, 3, 2, c)), indexing="ij")
+    col = 2 * (J - 1) + s - t + 1
+    inside = (col >= 0) & (col <= 2)
+    index = ((oo * 3 + row) * 3 + np.clip(col, 0, 2)) * c + cc
+    return mx.array(index.reshape(-1).astype(np.int32)), mx.array(inside.reshape(-1))
+
+
+def column_pair_conv3x3(x: mx.array, weight: mx.array) -> mx.array:
+    """A stride-1, padding-1 3×3 conv of an NHWC map of even width, run on pairs of columns:
+    (N, H, W, C) is read as (N, H, W/2, 2C) (a free reshape), and the conv becomes a 3×3 conv of
+    2C to 2·C_out channels whose weight places each kernel column where its pair part lands
+    (zeros elsewhere). Twice the multiply-adds, at channel counts cuDNN runs well."""
+    n, h, w, c = x.shape
+    o = weight.shape[0]
+    index, inside = _pair_gather(o, c)
+    packed = mx.where(inside, mx.take(weight.reshape(-1), index), 0).reshape(2 * o, 3, 3, 2 * c)
+    y = mx.conv2d(x.reshape(n, h, w // 2, 2 * c), packed, padding=(1, 1))
+    return y.reshape(n, h, w, o)
 
 
 @lru_cache(maxsize=None)

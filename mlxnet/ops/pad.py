@@ -2,7 +2,10 @@
 
 The definition is one gather with a precomputed index; the GPU face is a copy kernel
 (custom_kernels/pad.kern) that mirrors each output pixel's row and column itself, so it reads
-no index array and writes each element once.
+no index array and writes each element once. Padding only moves bytes, so the kernel copies a
+pixel's channels as 8- or 4-byte words where those tile a pixel's bytes: a thread then moves
+8 bytes, not one element, for float32 maps with an even channel count and float16 ones with
+a multiple of 4.
 """
 from __future__ import annotations
 
@@ -41,13 +44,22 @@ def _kernel(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect")
     if not (top or bottom or left or right):
         return x
     h, w = x.shape[-3:-1]
-    lead, c = x.shape[:-3], x.shape[-1]
+    words = _as_words(x)
+    lead, c = x.shape[:-3], words.shape[-1]
     n = int(np.prod(lead)) if lead else 1
     oh, ow = h + top + bottom, w + left + right
-    outs = launch_nhwc(PAD, [x], (n, h, w, c, oh, ow, top, left, int(mode == "symmetric")), [("T", x.dtype)],
-                       (n, oh, ow, c), [(*lead, oh, ow, c)], [x.dtype])
+    outs = launch_nhwc(PAD, [words], (n, h, w, c, oh, ow, top, left, int(mode == "symmetric")),
+                       [("T", words.dtype)], (n, oh, ow, c), [(*lead, oh, ow, c)], [words.dtype])
     # past the launch limits, the gather definition (which has none)
-    return outs[0] if outs is not None else pad2d.__wrapped__(x, pads, mode)
+    return outs[0].view(x.dtype) if outs is not None else pad2d.__wrapped__(x, pads, mode)
+
+
+def _as_words(x: mx.array) -> mx.array:
+    """``x``'s bytes with each pixel's channels as 8- or 4-byte words where those tile them
+    (a view), else ``x`` itself."""
+    row = x.shape[-1] * x.dtype.size
+    word = next((d for d in (mx.uint64, mx.uint32) if row % d.size == 0), None)
+    return x if word is None or x.size == 0 else x.view(word)
 
 
 def _check(x: mx.array, pads: tuple[int, int, int, int], mode: str) -> tuple[int, int, int, int]:
