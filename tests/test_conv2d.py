@@ -147,9 +147,11 @@ def test_48_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
     calls = []
     real = conv.column_pair_conv3x3
     monkeypatch.setattr(conv, "column_pair_conv3x3", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(conv, "MIN_PAIRED_PIXELS", 2 * 12 * 16)  # this test's small maps
     run = lambda *a: ops.conv2d(*a, padding=1, activation="silu")  # noqa: E731
     _column_pairs_against_torch((2, 12, 16, 48), 48, dtype, run)
     assert bool(calls) == (mlxnet.backend() == "cuda")
     calls.clear()
     _column_pairs_against_torch((2, 12, 15, 48), 48, dtype, run)  # odd width: the plain conv
+    _column_pairs_against_torch((1, 12, 16, 48), 48, dtype, run)  # fewer pixels: the plain conv
     assert not calls

@@ -13,7 +13,8 @@ strided copy plus one GEMM:
 - anything else: ``mx.conv2d``; very large inputs run in bands of output rows.
 
 On GPUs the op runs MLX's own convolution; on CUDA, stride-1 3×3 convs of 40–56 channels
-run on pairs of columns packed into twice the channels (cuDNN picks slow kernels for these). The
+on large maps run on pairs of columns packed into twice the channels (cuDNN picks slow
+kernels for these). The
 thresholds and the measurements behind each rule: docs/performance-notes.md.
 """
 from __future__ import annotations
@@ -83,14 +84,17 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
 
 
 # Channel counts whose stride-1 3×3 convs cuDNN runs slowly on CUDA and that run faster as
-# column-pair convs (measured; docs/performance-notes.md).
+# column-pair convs, on maps of at least this many output pixels (N·H·W), below which the
+# weight's rearrangement costs more than it saves (measured; docs/performance-notes.md).
 PAIRED_CHANNELS = frozenset({40, 48, 56})
+MIN_PAIRED_PIXELS = 150_000
 
 
 def _pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair, groups: int) -> bool:
     return (backend() == "cuda" and groups == 1 and tuple(weight.shape[1:3]) == (3, 3)
             and stride == (1, 1) and padding == (1, 1) and dilation == (1, 1) and x.shape[2] % 2 == 0
-            and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS)
+            and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS
+            and x.shape[0] * x.shape[1] * x.shape[2] >= MIN_PAIRED_PIXELS)
 
 
 @lru_cache(maxsize=16)
