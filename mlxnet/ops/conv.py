@@ -14,8 +14,8 @@ strided copy plus one GEMM:
 
 On GPUs the op runs MLX's own convolution; on CUDA, stride-1 3×3 convs of 40–56 channels
 on large maps run on pairs of columns packed into twice the channels (cuDNN picks slow
-kernels for these). The
-thresholds and the measurements behind each rule: docs/performance-notes.md.
+kernels for these). The thresholds and the measurements behind each rule:
+docs/performance-notes.md.
 """
 from __future__ import annotations
 
