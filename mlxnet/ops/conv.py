@@ -73,11 +73,11 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
              activation: str | None = None) -> mx.array:
     _check_groups(x, weight, groups)
     _check_activation(activation)
-    if _pairs_help(x, weight, _pair(stride), _pair(padding), _pair(dilation), groups):
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    if _pairs_help(x, weight, stride, padding, dilation, groups):
         y = column_pair_conv3x3(x, weight)
     else:
-        y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
-                      groups=groups)
+        y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     if activation == "silu":
         return silu(y, bias)
     return y if bias is None else y + bias
