@@ -35,7 +35,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
-from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference
+from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, handoff
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
 from mlxnet.dtypes import as_dtype
@@ -47,6 +47,7 @@ CONFIGS = {
 }
 RATIO_GLOBAL = 0.75      # resnet_conv_kwargs.ratio_gin/gout: share of channels in the global branch
 MODULO = 8               # configs/prediction/default.yaml: dataset.pad_out_to_modulo
+BLOCKS_PER_STAGE = 3     # resnet blocks per compiled stage of the forward (mlxnet.nn.compiled)
 
 def reflect_pad(x: mx.array, p: int) -> mx.array:
     return ops.pad2d(x, (p, p, p, p), "reflect")
@@ -233,7 +234,6 @@ class LaMa(nn.Module):
         self.model = layers
         self.eval()
 
-    @compiled_for_inference
     def __call__(self, x: mx.array) -> mx.array:
         """(N, H, W, 4) masked image ⊕ mask, H and W multiples of 8 → (N, H, W, 3) in [0, 1]."""
         if x.ndim != 4 or x.shape[-1] != 4:
@@ -242,8 +242,22 @@ class LaMa(nn.Module):
             raise MlxnetError(f"LaMa expects H and W to be multiples of {MODULO}, got {x.shape[1]}×{x.shape[2]} "
                               "(LaMa.inpaint pads any size)")
         x = x.astype(self.dtype)
-        i = 0
-        while i < len(self.model):
+        for lo, hi in self._stages():
+            x = handoff(self._layers(x, lo, hi))
+        return x
+
+    def _stages(self) -> list[tuple[int, int]]:
+        """Bounds in ``model`` of the forward's stages (mlxnet.nn.compiled): the downsampling
+        encoder, the resnet blocks a few at a time, the upsampling decoder."""
+        end = next(i for i, m in enumerate(self.model) if isinstance(m, ConcatTuple))
+        bounds = sorted({0, *range(end - self.n_blocks, end, BLOCKS_PER_STAGE), end, len(self.model)})
+        return list(zip(bounds, bounds[1:]))
+
+    @compiled_for_inference
+    def _layers(self, x: Stream | mx.array, lo: int, hi: int) -> Stream | mx.array:
+        """``model[lo:hi]`` applied to ``x``."""
+        i = lo
+        while i < hi:
             layer = self.model[i]
             if isinstance(layer, nn.BatchNorm) and isinstance(self.model[i + 1], nn.ReLU):
                 x = batch_norm_relu(layer, x)  # the upsampling BatchNorm + ReLU pairs, one pass

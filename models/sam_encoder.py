@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxnet.errors import MlxnetError
 from mlxnet import ops
-from mlxnet.nn import GELU, Conv2d, LayerNorm, compiled_for_inference
+from mlxnet.nn import GELU, Conv2d, LayerNorm, compiled_for_inference, handoff
 
 
 class Conv2dBN(nn.Module):
@@ -200,17 +200,25 @@ class TinyViT(nn.Module):
         self.neck = [Conv2d(embed_dims[-1], out_chans, 1, bias=False), LayerNorm(out_chans, eps=1e-6),
                      Conv2d(out_chans, out_chans, 3, padding=1, bias=False), LayerNorm(out_chans, eps=1e-6)]
 
-    @compiled_for_inference
     def __call__(self, x: mx.array, return_stages: bool = False) -> mx.array | list[mx.array]:
         if x.ndim != 4 or x.shape[-1] != 3:
             raise MlxnetError(f"TinyViT: expected a (B, H, W, 3) NHWC image batch, got shape {tuple(x.shape)}")
         if x.shape[1] % 16 or x.shape[2] % 16:
             raise MlxnetError(f"TinyViT: height and width must be multiples of 16, got {x.shape[1]}x{x.shape[2]}")
-        x = self.patch_embed(x)
         stages = []
-        for layer in self.layers:
-            x = layer(x)
+        for i in range(len(self.layers)):  # one compiled stage per layer (mlxnet.nn.compiled)
+            x = handoff(self._layer(x, i))
             stages.append(x)
+        x = self._neck(x)
+        return stages + [x] if return_stages else x
+
+    @compiled_for_inference
+    def _layer(self, x: mx.array, i: int) -> mx.array:
+        """Layer ``i``, the patch embedding first."""
+        return self.layers[i](self.patch_embed(x) if i == 0 else x)
+
+    @compiled_for_inference
+    def _neck(self, x: mx.array) -> mx.array:
         for layer in self.neck:
             x = layer(x)
-        return stages + [x] if return_stages else x
+        return x

@@ -57,18 +57,48 @@ def profile(run: Callable[[], None], reps: int, trace: Path) -> dict:
     by_name: dict[str, list[float]] = defaultdict(list)
     for e in kernels:
         by_name[e["name"]].append(e.get("dur", 0) / 1e3)
+    gaps = _gaps(kernels, reps)
     by_kind: dict[str, float] = defaultdict(float)
     for name, ds in by_name.items():
         by_kind[kind(name)] += sum(ds) / reps
     return {"wall_ms": wall, "busy_ms": sum(sum(d) for d in by_name.values()) / reps,
-            "kernels": len(kernels) / reps, "by_kind": dict(by_kind),
+            "kernels": len(kernels) / reps, "by_kind": dict(by_kind), "gaps": gaps,
+            "sync_api": _sync_calls(events, reps),
             "top": sorted(((sum(ds) / reps, len(ds) / reps, name) for name, ds in by_name.items()), reverse=True)}
+
+
+def _gaps(kernels: list[dict], reps: int) -> dict:
+    """GPU idle time between consecutive kernels (per forward), and the widest gaps with the
+    kernels on either side."""
+    ks = sorted(kernels, key=lambda e: e["ts"])
+    idle, widest = 0.0, []
+    for a, b in zip(ks, ks[1:]):
+        gap = b["ts"] - (a["ts"] + a.get("dur", 0))
+        if gap > 2:
+            idle += gap
+            widest.append((gap, a["name"][:60], b["name"][:60]))
+    widest.sort(reverse=True)
+    return {"idle_ms": idle / 1e3 / reps, "widest": widest[:8]}
+
+
+def _sync_calls(events: list[dict], reps: int) -> dict:
+    """Host-side CUDA runtime/driver calls, total ms per forward by name (syncs, allocations)."""
+    tot: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            tot[e["name"]] += e.get("dur", 0) / 1e3 / reps
+    return dict(sorted(tot.items(), key=lambda kv: -kv[1])[:8])
 
 
 def report(label: str, stats: dict, top: int) -> str:
     lines = [f"  {label}: wall {stats['wall_ms']:.2f} ms, GPU busy {stats['busy_ms']:.2f} ms, "
              f"{stats['kernels']:.0f} kernels per forward",
              "    by kind (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(stats["by_kind"].items(), key=lambda kv: -kv[1]))]
+    g = stats["gaps"]
+    lines.append(f"    GPU idle between kernels: {g['idle_ms']:.2f} ms per forward; widest (µs): "
+                 + "; ".join(f"{gap:.0f} after {a} before {b}" for gap, a, b in g["widest"][:4]))
+    lines.append("    host CUDA calls (ms per forward): "
+                 + ", ".join(f"{k} {v:.2f}" for k, v in stats["sync_api"].items()))
     for ms, count, name in stats["top"][:top]:
         lines.append(f"    {ms:7.3f} ms  {count:5.1f}x  [{kind(name)}] {name[:110]}")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from mlx.utils import tree_flatten
 
 import mlxnet
 from mlxnet import families
-from mlxnet.nn import compiled_for_inference, recompile
+from mlxnet.nn import compiled_for_inference, handoff, recompile
 from mlxnet.nn.compiled import _CACHE
 
 
@@ -121,6 +121,42 @@ def test_every_family_compiles_to_its_eager_output(variant):
     for e, c in zip(_leaves(eager), _leaves(compiled)):
         assert e.shape == c.shape
         np.testing.assert_allclose(np.array(c), np.array(e), rtol=2e-4, atol=2e-4 * float(mx.abs(e).max()) + 1e-6)
+
+
+def test_handoff_is_lazy_inside_transformations():
+    """handoff starts arrays on the device; inside mx.compile, vmap and grad, where nothing may be
+    evaluated, the values pass through and the transformation's result is unchanged."""
+    def f(x):
+        return handoff(x * 2) + 1
+
+    x = mx.array([1.0, 2.0])
+    assert mx.array_equal(f(x), mx.array([3.0, 5.0]))
+    assert mx.array_equal(mx.compile(f)(x), mx.array([3.0, 5.0]))
+    assert mx.array_equal(mx.vmap(f)(x), mx.array([3.0, 5.0]))
+    assert mx.array_equal(mx.grad(lambda x: f(x).sum())(x), mx.array([2.0, 2.0]))
+    pair = handoff((x, None))
+    assert pair[0] is x and pair[1] is None
+
+
+def test_staged_forwards_inside_user_transformations():
+    """LaMa's forward runs as compiled stages handed to the device one after another; under a
+    caller's own mx.compile or grad the stages join the caller's graph with the same result."""
+    from mlxnet.models.lama import LaMa
+
+    mx.random.seed(3)
+    model = LaMa(n_blocks=4)
+    model.eval()
+    x = mx.random.uniform(shape=(1, 32, 24, 4))
+    assert len(model._stages()) == 4  # encoder, 3 + 1 blocks, decoder
+    with mlxnet.use_compile(False):
+        eager = model(x)
+        grad_eager = mx.grad(lambda v: model(v).sum())(x)
+    with mlxnet.use_compile(True):
+        staged = model(x)
+        wrapped = mx.compile(model)(x)
+        grad_staged = mx.grad(lambda v: model(v).sum())(x)
+    for got, want in ((staged, eager), (wrapped, eager), (grad_staged, grad_eager)):
+        np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.gpu

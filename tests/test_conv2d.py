@@ -155,3 +155,65 @@ def test_48_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
     _column_pairs_against_torch((2, 12, 15, 48), 48, dtype, run)  # odd width: the plain conv
     _column_pairs_against_torch((1, 12, 16, 48), 48, dtype, run)  # fewer pixels: the plain conv
     assert not calls
+
+
+def _few_outputs_against_torch(shape: tuple, c_out: int, k: int, padding: int, dilation: int, run) -> None:
+    rng = np.random.default_rng(sum(shape) + c_out + k)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, (c_out, k, k, shape[-1]), (c_out,)))
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2)))
+    ty = torch.nn.functional.conv2d(tx, tw, torch.from_numpy(b), padding=padding, dilation=dilation)
+    ty.square().sum().backward()
+    args = [mx.array(a) for a in (x, w, b)]
+    kw = dict(padding=padding, dilation=dilation)
+    y = run(*args, **kw)
+    grads = mx.grad(lambda *a: run(*a, **kw).square().sum(), argnums=(0, 1))(*args)
+    scale = 4 if mlxnet.backend() != "cuda" else 2000  # CUDA: TF32
+    assert_close(y, ty.detach().numpy().transpose(0, 2, 3, 1), mx.float32, scale)
+    assert_close(grads[0], tx.grad.numpy().transpose(0, 2, 3, 1), mx.float32, scale)
+    assert_close(grads[1], tw.grad.numpy().transpose(0, 2, 3, 1), mx.float32, scale)
+
+
+def _count_taps(monkeypatch) -> list:
+    from mlxnet.ops import conv
+
+    calls = []
+    real = conv._taps_then_shift
+    monkeypatch.setattr(conv, "_taps_then_shift", lambda *a: calls.append(a) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("shape, c_out, k, padding, dilation, taken", [
+    ((2, 11, 9, 64), 3, 7, 0, 1, True),    # LaMa's head: 64 → 3, 7×7 on a reflect-padded map
+    ((1, 10, 12, 96), 1, 3, 2, 2, True),   # zero-padded, dilated
+    ((1, 9, 9, 64), 4, 3, 1, 1, False),    # four outputs: cuDNN's conv
+    ((1, 9, 9, 32), 3, 5, 2, 1, False),    # too few input channels: cuDNN's conv
+])
+def test_cuda_face_runs_few_output_convs_as_tap_gemms(monkeypatch, shape, c_out, k, padding, dilation, taken):
+    """The GPU face's rule for float32 convs to 1-3 channels, on the CPU with the back end read
+    as CUDA: which convs it takes, and that they are the conv, forward and backward."""
+    from mlxnet.ops import conv
+
+    calls = _count_taps(monkeypatch)
+    monkeypatch.setattr(conv, "backend", lambda: "cuda")
+    with mlxnet.use_device("cpu"):
+        _few_outputs_against_torch(shape, c_out, k, padding, dilation, conv._builtin)
+    assert bool(calls) == taken
+
+
+def test_tap_gemm_rule_keeps_float16_and_caps_memory(monkeypatch):
+    from mlxnet.ops import conv
+
+    monkeypatch.setattr(conv, "backend", lambda: "cuda")
+    x, w = mx.zeros((1, 20, 20, 64)), mx.zeros((3, 7, 7, 64))
+    assert conv._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+    assert not conv._taps_help(x.astype(mx.float16), w.astype(mx.float16), (1, 1), (0, 0), (1, 1), 1)
+    assert not conv._taps_help(x, w, (2, 2), (0, 0), (1, 1), 1)
+    monkeypatch.setattr(conv, "MAX_TAPS_BYTES", 20 * 20 * 49 * 3 * 4 - 1)
+    assert not conv._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+
+
+@pytest.mark.gpu
+def test_few_output_convs_run_as_tap_gemms_on_cuda(gpu, monkeypatch):
+    calls = _count_taps(monkeypatch)
+    _few_outputs_against_torch((2, 20, 18, 64), 3, 7, 3, 1, ops.conv2d)
+    assert bool(calls) == (mlxnet.backend() == "cuda")

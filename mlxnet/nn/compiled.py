@@ -12,6 +12,11 @@ The module's arrays are inputs of the compiled function, read at every call, so 
 weights or changing their dtype takes effect at once; a new input shape traces the forward
 again (each shape once). Python attributes read by the forward (flags, sizes) are taken as
 they were when a shape was first traced: after changing one, call :func:`recompile`.
+
+A long forward compiled as one function is one graph that the host must build in full before
+the device runs its first kernel. Models with many blocks (LaMa, SAM's TinyViT) therefore
+compile stages (a method decorated here, called with the stage's bounds) and pass each stage's
+output through :func:`handoff`, which starts it on the device while the host builds the next.
 """
 from __future__ import annotations
 
@@ -43,6 +48,18 @@ def compiled_for_inference(call: Call) -> Call:
             calls[key] = mx.compile(traced, inputs=[self])
         return calls[key](*args, **kwargs)
     return run  # type: ignore[return-value]
+
+
+def handoff(outputs: Any) -> Any:
+    """Start computing ``outputs`` now (``mx.async_eval``) and return them unchanged, so that the
+    host builds the next stage of a forward while the device runs this one. Inside a graph
+    transformation (``mx.compile``, ``vmap``, ``grad``), where nothing may be evaluated, it
+    leaves them lazy: the stages then join the enclosing graph as before."""
+    try:
+        mx.async_eval(outputs)
+    except ValueError:  # MLX: "[async_eval] Not allowed inside a graph transformation."
+        pass
+    return outputs
 
 
 def recompile(module: nn.Module) -> nn.Module:

@@ -14,7 +14,8 @@ strided copy plus one GEMM:
 
 On GPUs the op runs MLX's own convolution; on CUDA, stride-1 3×3 convs of 40–56 channels
 on large maps run on pairs of columns packed into twice the channels (cuDNN picks slow
-kernels for these). The thresholds and the measurements behind each rule:
+kernels for these), and float32 convs to 1–3 channels from many run as the taps' GEMM and
+shifted sums above. The thresholds and the measurements behind each rule:
 docs/performance-notes.md.
 """
 from __future__ import annotations
@@ -76,6 +77,9 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     if _pairs_help(x, weight, stride, padding, dilation, groups):
         y = column_pair_conv3x3(x, weight)
+    elif _taps_help(x, weight, stride, padding, dilation, groups):
+        xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
+        y = _taps_then_shift(xp, weight, dilation, _out_size(x, weight, stride, padding, dilation))
     else:
         y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     if activation == "silu":
@@ -95,6 +99,29 @@ def _pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dila
             and stride == (1, 1) and padding == (1, 1) and dilation == (1, 1) and x.shape[2] % 2 == 0
             and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS
             and x.shape[0] * x.shape[1] * x.shape[2] >= MIN_PAIRED_PIXELS)
+
+
+# float32 convs to at most this many output channels from at least MIN_TAPS_CHANNELS run faster
+# on CUDA as one GEMM to every tap's product and the shifted products summed (cuDNN's implicit
+# GEMM wastes most of a tile on so few outputs); the taps' products are capped at
+# MAX_TAPS_BYTES (measured; docs/performance-notes.md).
+MAX_TAPS_OUT = 3
+MIN_TAPS_CHANNELS = 64
+MAX_TAPS_BYTES = 2 << 30
+
+
+def _taps_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair, groups: int) -> bool:
+    c_out, kh, kw, c = weight.shape
+    n, h, w, _ = x.shape
+    taps_bytes = n * (h + 2 * padding[0]) * (w + 2 * padding[1]) * kh * kw * c_out * 4
+    return (backend() == "cuda" and x.dtype == weight.dtype == mx.float32 and groups == 1
+            and stride == (1, 1) and kh * kw > 1 and c_out <= MAX_TAPS_OUT and c >= MIN_TAPS_CHANNELS
+            and taps_bytes <= MAX_TAPS_BYTES)
+
+
+def _out_size(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair) -> Pair:
+    return tuple((x.shape[1 + a] + 2 * padding[a] - dilation[a] * (weight.shape[1 + a] - 1) - 1) // stride[a] + 1
+                 for a in (0, 1))  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=16)
@@ -250,11 +277,10 @@ def _conv2d_cpu(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     """The CPU fast path: in bands of output rows when the unfolded input would be large,
     each band by :func:`_conv2d_cpu_band`."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
-    n, h, w, c = x.shape
+    n, _, _, c = x.shape
     kh, kw = weight.shape[1:3]
     span_h = dilation[0] * (kh - 1) + 1
-    oh = (h + 2 * padding[0] - span_h) // stride[0] + 1
-    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    oh, ow = _out_size(x, weight, stride, padding, dilation)
     row_bytes = n * ow * kh * kw * c * x.dtype.size
     if oh * row_bytes <= UNFOLD_BUDGET or oh < 2:
         return _conv2d_cpu_band(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
@@ -279,13 +305,12 @@ def _conv2d_cpu_band(x: mx.array, weight: mx.array, bias: mx.array | None = None
                      stride: Pair, padding: Pair, dilation: Pair, groups: int = 1,
                      activation: str | None = None) -> mx.array:
     """mlxnet's direct conv, im2col, or a GEMM formulation by shape."""
-    n, h, w_in, c = x.shape
+    n, _, _, c = x.shape
     c_out, kh, kw, c_in_g = weight.shape
     _check_groups(x, weight, groups)
     _check_activation(activation)
     native = _native.on_cpu()
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (w_in + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    oh, ow = _out_size(x, weight, stride, padding, dilation)
     if native is not None and _direct_fits(x, weight, groups, padding, activation):
         return native.direct_conv2d(x, weight, bias, stride, padding, dilation, activation == "silu")
     if activation == "silu":
