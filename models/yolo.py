@@ -140,20 +140,17 @@ class Concat(nn.Module):
 
 
 class DFL(nn.Module):
-    """Distribution focal loss decoding: softmax over 16 bins, expectation with the (loaded,
-    normally 0..15) weights of a fixed 1x1 conv."""
+    """Distribution focal loss decoding's weights: the values the 16 bins of each box side
+    stand for, as a fixed 1x1 conv (loaded; 0..15 as trained). :func:`mlxnet.ops.dfl_decode`
+    takes the softmax expectation of them."""
 
     def __init__(self, bins: int = REG_MAX) -> None:
         super().__init__()
         self.conv = Conv2d(bins, 1, 1, bias=False)
         self.conv.weight = mx.arange(bins, dtype=mx.float32).reshape(1, 1, 1, bins)
-        self.bins = bins
 
-    def __call__(self, x: mx.array) -> mx.array:
-        """(N, A, 4 * bins) -> (N, A, 4) distances (left, top, right, bottom) in stride units."""
-        n, a, _ = x.shape
-        p = ops.softmax(x.reshape(n, a, 4, self.bins).astype(mx.float32), axis=-1)
-        return p @ self.conv.weight.reshape(self.bins).astype(mx.float32)
+    def bin_values(self) -> mx.array:
+        return self.conv.weight.reshape(-1)
 
 
 class Detect(nn.Module):
@@ -175,33 +172,15 @@ class Detect(nn.Module):
         self.dfl = DFL(REG_MAX)
 
     def __call__(self, feats: Sequence[mx.array]) -> mx.array:
-        boxes, scores = [], []
+        maps = []  # per level: box logits, class logits
         for x, box_branch, cls_branch in zip(feats, self.cv2, self.cv3):
-            n, h, w, _ = x.shape
             b, s = x, x
             for layer in box_branch:
                 b = layer(b)
             for layer in cls_branch:
                 s = layer(s)
-            boxes.append(b.reshape(n, h * w, -1))
-            scores.append(s.reshape(n, h * w, -1))
-        dist = self.dfl(mx.concatenate(boxes, axis=1))
-        anchors, strides = _anchors(tuple(f.shape[1:3] for f in feats))
-        x1y1 = anchors - dist[..., :2]
-        x2y2 = anchors + dist[..., 2:]
-        xywh = mx.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * strides
-        return mx.concatenate([xywh, ops.sigmoid(mx.concatenate(scores, axis=1).astype(mx.float32))], axis=-1)
-
-
-def _anchors(shapes: tuple[tuple[int, int], ...]) -> tuple[mx.array, mx.array]:
-    """Cell centres (A, 2) in grid units and each anchor's stride (A, 1), ultralytics' make_anchors."""
-    points, strides = [], []
-    for (h, w), stride in zip(shapes, STRIDES):
-        sy, sx = np.meshgrid(np.arange(h, dtype=np.float32) + 0.5, np.arange(w, dtype=np.float32) + 0.5,
-                             indexing="ij")
-        points.append(np.stack([sx, sy], -1).reshape(-1, 2))
-        strides.append(np.full((h * w, 1), stride, np.float32))
-    return mx.array(np.concatenate(points)), mx.array(np.concatenate(strides))
+            maps += [b, s]
+        return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
 
 
 def _make_divisible(x: float, divisor: int = 8) -> int:

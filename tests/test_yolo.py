@@ -118,12 +118,15 @@ def test_fold_bn_conversion_matches_runtime_fuse():
 
 
 def test_dfl_uses_its_loaded_weights():
-    dfl = yolo.DFL()
-    logits = mx.random.normal((1, 5, 64), key=mx.random.key(3))
-    base = dfl(logits)
-    dfl.conv.weight = dfl.conv.weight * 2
-    assert_close(dfl(logits), base * 2)
-    assert float(base.min()) >= 0 and float(base.max()) <= 15
+    head = yolo.Detect(3, (8, 8, 8))
+    head.eval()
+    feats = [mx.random.normal((1, s, s, 8), key=mx.random.key(s)) for s in (4, 2, 1)]
+    base = head(feats)
+    head.dfl.conv.weight = head.dfl.conv.weight * 2
+    doubled = head(feats)
+    assert_close(doubled[..., 2:4], base[..., 2:4] * 2)  # widths and heights scale with the bins
+    assert float(mx.abs(doubled[..., 4:] - base[..., 4:]).max()) == 0  # classes do not
+    assert float(base[..., 2:4].min()) >= 0 and float(base[..., 2:4].max()) <= 30 * 32
 
 
 def test_bad_input_shape_is_one_line_error():
