@@ -104,6 +104,17 @@ def test_a_0d_input_would_not_compile_so_it_reaches_kernels_as_1d():
     assert out.shape == () and launches[0].inputs[0].shape == (1,)
 
 
+def test_outputs_of_launches_not_made_keep_their_integer_dtypes():
+    # An empty grid (or recording) returns initial values: in the requested dtype, indices and
+    # byte words included (MLX's mx.full of a float value would make them float32).
+    kernel = ops.get("max_pool2d").sources[0]
+    x = mx.zeros((0, 2, 2, 1))
+    outs = kernel([x, kernel_source.int_params((1,))], template=[("T", x.dtype), ("KH", 1), ("KW", 1)],
+                  grid=(0, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(0, 2, 2, 1)] * 3,
+                  output_dtypes=[mx.int32, mx.uint64, mx.float16])
+    assert [o.dtype for o in outs] == [mx.int32, mx.uint64, mx.float16]
+
+
 @pytest.mark.parametrize("name", sorted(n for n, op in ops.REGISTRY.items() if op.sources))
 def test_empty_inputs_never_launch(name):
     op = ops.get(name)

@@ -263,9 +263,10 @@ class PortableKernel:
         if _recording or 0 in launch.grid:
             if _recording:
                 _recording[-1].append(launch)
-            # Nothing to launch (or only recording): every output keeps its initial value.
+            # Nothing to launch (or only recording): every output keeps its initial value (cast:
+            # MLX 0.32 makes mx.full of a float value float32 whatever dtype it is given).
             fill = 0.0 if init_value is None else init_value
-            return [mx.full(s, fill, d) for s, d in zip(launch.output_shapes, launch.output_dtypes)]
+            return [mx.full(s, fill).astype(d) for s, d in zip(launch.output_shapes, launch.output_dtypes)]
         return self.launch(launch)
 
     def launch(self, launch: Launch) -> list[mx.array]:
