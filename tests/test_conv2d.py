@@ -109,11 +109,11 @@ def test_silu_activation_on_gpu_matches_torch(gpu):
     _silu_conv_against_torch()
 
 
-def _column_pairs_against_torch(shape: tuple, c_out: int, dtype: mx.Dtype, run) -> None:
+def _column_pairs_against_torch(shape: tuple, c_out: int, dtype: mx.Dtype, run, stride: int = 1) -> None:
     rng = np.random.default_rng(sum(shape) + c_out)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, (c_out, 3, 3, shape[-1]), (c_out,)))
     tx, tw = (torch.tensor(a, requires_grad=True) for a in (x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2)))
-    ty = torch.nn.functional.silu(torch.nn.functional.conv2d(tx, tw, torch.from_numpy(b), padding=1))
+    ty = torch.nn.functional.silu(torch.nn.functional.conv2d(tx, tw, torch.from_numpy(b), stride=stride, padding=1))
     ty.square().sum().backward()
     args = [mx.array(a).astype(dtype) for a in (x, w, b)]
     y = run(*args)
@@ -139,9 +139,45 @@ def test_column_pair_conv_is_the_3x3_conv(shape, c_out, dtype):
         _column_pairs_against_torch(shape, c_out, dtype, run)
 
 
+@pytest.mark.parametrize("shape, c_out", [((2, 7, 8, 32), 16), ((1, 6, 10, 3), 5), ((1, 2, 2, 4), 2)])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_strided_column_pair_conv_is_the_stride_2_conv(shape, c_out, dtype):
+    """Pairs of columns with a 3×2 kernel at stride (2, 1), padded one pair on the left: the
+    same stride-2, padding-1 3×3 conv (odd heights too), forward and backward."""
+    from mlxnet.ops.conv import column_pair_conv3x3_s2
+
+    def run(x, w, b):
+        v = column_pair_conv3x3_s2(x, w) + b
+        return v * mx.sigmoid(v)
+
+    with mlxnet.use_device("cpu"):
+        _column_pairs_against_torch(shape, c_out, dtype, run, stride=2)
+
+
+def test_cuda_face_takes_strided_pairs_only_by_its_rule(monkeypatch):
+    from mlxnet.ops import conv
+
+    calls = []
+    real = conv.column_pair_conv3x3_s2
+    monkeypatch.setattr(conv, "column_pair_conv3x3_s2", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(conv, "backend", lambda: "cuda")
+    monkeypatch.setattr(conv, "MIN_PAIRED_PIXELS", 2 * 6 * 8)
+    run = lambda x, w, b=None: conv._builtin(x, w, b, stride=2, padding=1, activation="silu")  # noqa: E731
+    with mlxnet.use_device("cpu"):
+        _column_pairs_against_torch((2, 12, 16, 32), 64, mx.float32, run, stride=2)
+        assert calls
+        calls.clear()
+        for shape, dtype in [((2, 12, 15, 32), mx.float32),  # odd width
+                             ((1, 12, 16, 32), mx.float32),  # fewer output pixels
+                             ((2, 12, 16, 48), mx.float32),  # other channel counts
+                             ((2, 12, 16, 32), mx.float16)]:  # cuDNN's float16 kernels are fine
+            run(mx.zeros(shape, dtype), mx.zeros((64, 3, 3, shape[-1]), dtype))
+        assert not calls
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
-def test_48_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
+def test_48_channel_and_strided_32_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
     from mlxnet.ops import conv
 
     calls = []
@@ -155,6 +191,13 @@ def test_48_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
     _column_pairs_against_torch((2, 12, 15, 48), 48, dtype, run)  # odd width: the plain conv
     _column_pairs_against_torch((1, 12, 16, 48), 48, dtype, run)  # fewer pixels: the plain conv
     assert not calls
+
+    strided = []
+    real_s2 = conv.column_pair_conv3x3_s2
+    monkeypatch.setattr(conv, "column_pair_conv3x3_s2", lambda *a: strided.append(a) or real_s2(*a))
+    run2 = lambda *a: ops.conv2d(*a, stride=2, padding=1, activation="silu")  # noqa: E731
+    _column_pairs_against_torch((8, 12, 16, 32), 64, dtype, run2, stride=2)  # 384 output pixels
+    assert bool(strided) == (mlxnet.backend() == "cuda" and dtype == mx.float32)
 
 
 def _few_outputs_against_torch(shape: tuple, c_out: int, k: int, padding: int, dilation: int, run) -> None:

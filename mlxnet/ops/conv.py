@@ -13,8 +13,8 @@ strided copy plus one GEMM:
 - anything else: ``mx.conv2d``; very large inputs run in bands of output rows.
 
 On GPUs the op runs MLX's own convolution; on CUDA, stride-1 3×3 convs of 40–56 channels
-on large maps run on pairs of columns packed into twice the channels (cuDNN picks slow
-kernels for these), and float32 convs to 1–3 channels from many run as the taps' GEMM and
+and float32 stride-2 ones from 32 on large maps run on pairs of columns packed into twice the
+channels (cuDNN picks slow kernels for these), and float32 convs to 1–3 channels from many run as the taps' GEMM and
 shifted sums above. The thresholds and the measurements behind each rule:
 docs/performance-notes.md.
 """
@@ -77,6 +77,8 @@ def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, str
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     if _pairs_help(x, weight, stride, padding, dilation, groups):
         y = column_pair_conv3x3(x, weight)
+    elif _strided_pairs_help(x, weight, stride, padding, dilation, groups):
+        y = column_pair_conv3x3_s2(x, weight)
     elif _taps_help(x, weight, stride, padding, dilation, groups):
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _taps_then_shift(xp, weight, dilation, _out_size(x, weight, stride, padding, dilation))
@@ -99,6 +101,21 @@ def _pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dila
             and stride == (1, 1) and padding == (1, 1) and dilation == (1, 1) and x.shape[2] % 2 == 0
             and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS
             and x.shape[0] * x.shape[1] * x.shape[2] >= MIN_PAIRED_PIXELS)
+
+
+# Input channel counts whose stride-2 3×3 convs cuDNN runs slowly on CUDA in float32 (an indexed
+# kernel far below its usual rate: YOLOv8s's second conv) and that run faster on column pairs, on
+# maps of at least MIN_PAIRED_PIXELS output pixels (measured; docs/performance-notes.md).
+STRIDED_PAIR_CHANNELS = frozenset({32})
+
+
+def _strided_pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair,
+                        groups: int) -> bool:
+    n, h, w, _ = x.shape
+    return (backend() == "cuda" and x.dtype == weight.dtype == mx.float32 and groups == 1
+            and tuple(weight.shape[1:3]) == (3, 3) and stride == (2, 2) and padding == (1, 1)
+            and dilation == (1, 1) and w % 2 == 0 and weight.shape[-1] in STRIDED_PAIR_CHANNELS
+            and n * ((h - 1) // 2 + 1) * (w // 2) >= MIN_PAIRED_PIXELS)
 
 
 # float32 convs to at most this many output channels from at least MIN_TAPS_CHANNELS run faster
@@ -148,6 +165,18 @@ def column_pair_conv3x3(x: mx.array, weight: mx.array) -> mx.array:
     packed = mx.where(inside, mx.take(weight.reshape(-1), index), 0).reshape(2 * o, 3, 3, 2 * c)
     y = mx.conv2d(x.reshape(n, h, w // 2, 2 * c), packed, padding=(1, 1))
     return y.reshape(n, h, w, o)
+
+
+def column_pair_conv3x3_s2(x: mx.array, weight: mx.array) -> mx.array:
+    """A stride-2, padding-1 3×3 conv of an NHWC map of even width, on pairs of columns: output
+    column j reads input columns 2j-1, 2j and 2j+1, the second half of pair j-1 and all of pair
+    j. So (N, H, W, C) read as (N, H, W/2, 2C) (a free reshape) meets a 3×2 kernel of 2C
+    channels at stride (2, 1), padded by one pair on the left only, whose first column is zero
+    over the first half of its pair: 4/3 of the multiply-adds, at a channel count cuDNN runs well."""
+    n, h, w, c = x.shape
+    o = weight.shape[0]
+    packed = mx.pad(weight, [(0, 0), (0, 0), (1, 0), (0, 0)]).reshape(o, 3, 2, 2 * c)
+    return mx.conv_general(x.reshape(n, h, w // 2, 2 * c), packed, stride=(2, 1), padding=([1, 1], [1, 0]))
 
 
 @lru_cache(maxsize=None)
