@@ -14,8 +14,9 @@ strided copy plus one GEMM:
 
 On GPUs the op runs MLX's own convolution; on CUDA, stride-1 3×3 convs of 40–56 channels
 and float32 stride-2 ones from 32 on large maps run on pairs of columns packed into twice the
-channels (cuDNN picks slow kernels for these), and float32 convs to 1–3 channels from many run as the taps' GEMM and
-shifted sums above. The thresholds and the measurements behind each rule:
+channels (cuDNN picks slow kernels for these), and float32 convs to 1–3 channels from many
+run as the taps' GEMM and shifted sums above. The thresholds and the measurements behind
+each rule:
 docs/performance-notes.md.
 """
 from __future__ import annotations
@@ -111,11 +112,11 @@ STRIDED_PAIR_CHANNELS = frozenset({32})
 
 def _strided_pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair,
                         groups: int) -> bool:
-    n, h, w, _ = x.shape
+    oh, ow = _out_size(x, weight, stride, padding, dilation)
     return (backend() == "cuda" and x.dtype == weight.dtype == mx.float32 and groups == 1
             and tuple(weight.shape[1:3]) == (3, 3) and stride == (2, 2) and padding == (1, 1)
-            and dilation == (1, 1) and w % 2 == 0 and weight.shape[-1] in STRIDED_PAIR_CHANNELS
-            and n * ((h - 1) // 2 + 1) * (w // 2) >= MIN_PAIRED_PIXELS)
+            and dilation == (1, 1) and x.shape[2] % 2 == 0 and weight.shape[-1] in STRIDED_PAIR_CHANNELS
+            and x.shape[0] * oh * ow >= MIN_PAIRED_PIXELS)
 
 
 # float32 convs to at most this many output channels from at least MIN_TAPS_CHANNELS run faster
