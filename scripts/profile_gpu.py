@@ -63,7 +63,7 @@ def profile(run: Callable[[], None], reps: int, trace: Path) -> dict:
         by_kind[kind(name)] += sum(ds) / reps
     return {"wall_ms": wall, "busy_ms": sum(sum(d) for d in by_name.values()) / reps,
             "kernels": len(kernels) / reps, "by_kind": dict(by_kind), "gaps": gaps,
-            "sync_api": _sync_calls(events, reps),
+            "host_calls": _host_cuda_calls(events, reps),
             "top": sorted(((sum(ds) / reps, len(ds) / reps, name) for name, ds in by_name.items()), reverse=True)}
 
 
@@ -81,8 +81,9 @@ def _gaps(kernels: list[dict], reps: int) -> dict:
     return {"idle_ms": idle / 1e3 / reps, "widest": widest[:8]}
 
 
-def _sync_calls(events: list[dict], reps: int) -> dict:
-    """Host-side CUDA runtime/driver calls, total ms per forward by name (syncs, allocations)."""
+def _host_cuda_calls(events: list[dict], reps: int) -> dict:
+    """Host-side CUDA runtime/driver calls (launches, syncs, allocations): the eight costliest,
+    total ms per forward by name."""
     tot: dict[str, float] = defaultdict(float)
     for e in events:
         if e.get("cat") in ("cuda_runtime", "cuda_driver"):
@@ -98,7 +99,7 @@ def report(label: str, stats: dict, top: int) -> str:
     lines.append(f"    GPU idle between kernels: {g['idle_ms']:.2f} ms per forward; widest (µs): "
                  + "; ".join(f"{gap:.0f} after {a} before {b}" for gap, a, b in g["widest"][:4]))
     lines.append("    host CUDA calls (ms per forward): "
-                 + ", ".join(f"{k} {v:.2f}" for k, v in stats["sync_api"].items()))
+                 + ", ".join(f"{k} {v:.2f}" for k, v in stats["host_calls"].items()))
     for ms, count, name in stats["top"][:top]:
         lines.append(f"    {ms:7.3f} ms  {count:5.1f}x  [{kind(name)}] {name[:110]}")
     return "\n".join(lines)
