@@ -253,7 +253,7 @@ class LaMa(nn.Module):
         bounds = sorted({0, *range(end - self.n_blocks, end, BLOCKS_PER_STAGE), end, len(self.model)})
         return list(zip(bounds, bounds[1:]))
 
-    @compiled_for_inference
+    @compiled_for_inference(reads=lambda self, lo, hi: self.model[lo:hi])
     def _layers(self, x: Stream | mx.array, lo: int, hi: int) -> Stream | mx.array:
         """``model[lo:hi]`` applied to ``x``."""
         i = lo

@@ -212,12 +212,12 @@ class TinyViT(nn.Module):
         x = self._neck(x)
         return stages + [x] if return_stages else x
 
-    @compiled_for_inference
+    @compiled_for_inference(reads=lambda self, i: [self.patch_embed, self.layers[0]] if i == 0 else [self.layers[i]])
     def _layer(self, x: mx.array, i: int) -> mx.array:
         """Layer ``i``, the patch embedding first."""
         return self.layers[i](self.patch_embed(x) if i == 0 else x)
 
-    @compiled_for_inference
+    @compiled_for_inference(reads=lambda self: self.neck)
     def _neck(self, x: mx.array) -> mx.array:
         for layer in self.neck:
             x = layer(x)

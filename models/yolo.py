@@ -25,7 +25,7 @@ from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import load_images
-from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn
+from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             register_spec)
 
@@ -42,6 +42,12 @@ SCALES: dict[str, tuple[float, float, int]] = {
 STRIDES = (8, 16, 32)
 BN_EPS = 1e-3  # ultralytics' initialize_weights sets every BatchNorm2d's eps to 1e-3
 REG_MAX = 16  # DFL bins per box side
+# A compiled forward runs in two stages, the first being the layers to the stride-4 C2f, when
+# that stage's device time covers the host building the rest: from STAGED_MIN_WORK input pixels
+# (N·H·W) × the stem's width² (YOLOv8s at batch 8 on 640², m at 4; measured on an H100,
+# docs/performance-notes.md).
+STEM_LAYERS = 3
+STAGED_MIN_WORK = 2 * 640 * 640 * 64 ** 2
 
 
 class Conv(nn.Module):
@@ -183,6 +189,11 @@ class Detect(nn.Module):
         return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
 
 
+def _check_input(x: mx.array) -> None:
+    if x.ndim != 4 or x.shape[-1] != 3 or x.shape[1] % 32 or x.shape[2] % 32:
+        raise MlxnetError(f"YOLOv8 expects (N, H, W, 3) with H and W multiples of 32, got shape {x.shape}")
+
+
 def _make_divisible(x: float, divisor: int = 8) -> int:
     return math.ceil(x / divisor) * divisor
 
@@ -228,10 +239,43 @@ class YOLOv8(nn.Module):
 
     def features(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """The neck's outputs at strides 8, 16, 32 (layers 15, 18, 21)."""
-        if x.ndim != 4 or x.shape[-1] != 3 or x.shape[1] % 32 or x.shape[2] % 32:
-            raise MlxnetError(f"YOLOv8 expects (N, H, W, 3) with H and W multiples of 32, got shape {x.shape}")
+        _check_input(x)
+        return self._neck(self._stem_layers(x))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS.
+
+        Compiled, a large forward runs as two stages (mlxnet.nn.compiled): the first layers are
+        started on the device (handoff) while the host builds the rest of the network. A small
+        one, whose kernels take about as long on the device as the host takes to launch them,
+        gains nothing from that and runs as one graph."""
+        _check_input(x)
+        if x.shape[0] * x.shape[1] * x.shape[2] * self.model[0].conv.weight.shape[0] ** 2 < STAGED_MIN_WORK:
+            return self._whole(x)
+        return self._rest(handoff(self._stem(x)))
+
+    @compiled_for_inference
+    def _whole(self, x: mx.array) -> mx.array:
+        return self.model[22](self._neck(self._stem_layers(x)))
+
+    @compiled_for_inference(reads=lambda self: self.model[:STEM_LAYERS])
+    def _stem(self, x: mx.array) -> mx.array:
+        return self._stem_layers(x)
+
+    @compiled_for_inference(reads=lambda self: self.model[STEM_LAYERS:])
+    def _rest(self, x: mx.array) -> mx.array:
+        return self.model[22](self._neck(x))
+
+    def _stem_layers(self, x: mx.array) -> mx.array:
+        """Layers 0 to STEM_LAYERS - 1 (to the stride-4 C2f)."""
+        for layer in self.model[:STEM_LAYERS]:
+            x = layer(x)
+        return x
+
+    def _neck(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The backbone from the stem's output, then the neck: its outputs at strides 8, 16, 32."""
         m = self.model
-        for i in range(4):
+        for i in range(STEM_LAYERS, 4):
             x = m[i](x)
         p3 = m[4](x)
         p4 = m[6](m[5](p3))
@@ -243,11 +287,6 @@ class YOLOv8(nn.Module):
         out4 = m[18]([m[16](out3), h12])
         out5 = m[21]([m[19](out4), p5])
         return out3, out4, out5
-
-    @compiled_for_inference
-    def __call__(self, x: mx.array) -> mx.array:
-        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS."""
-        return self.model[22](self.features(x))
 
     def fuse(self) -> "YOLOv8":
         """Fold every BatchNorm into its conv (inference only; ultralytics' predictor does the same)."""

@@ -6,11 +6,12 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_map
 
 import mlxnet
 from mlxnet import families
 from mlxnet.nn import compiled_for_inference, handoff, recompile
+from mlxnet.models import yolo
 from mlxnet.nn.compiled import _CACHE
 
 
@@ -123,6 +124,53 @@ def test_every_family_compiles_to_its_eager_output(variant):
         np.testing.assert_allclose(np.array(c), np.array(e), rtol=2e-4, atol=2e-4 * float(mx.abs(e).max()) + 1e-6)
 
 
+@pytest.mark.parametrize("variant", ["yolov8n", "sam-tiny", "lama"])
+def test_staged_forwards_see_new_weights(variant, monkeypatch):
+    """The staged models compile each stage with only the submodules it reads as inputs
+    (``reads=``): every weight must be among them, or a stage would keep the weights it was
+    traced with. All weights are changed (each element moved on its own) after the first compiled call; the compiled forward
+    must then give the eager output of the new weights."""
+    family = families.family_of(variant)
+    model = family.checked(family.build(variant))
+    model.eval()
+    inputs = family.example_inputs(variant, 64)
+    if variant == "sam-tiny":  # the staged part; the random prompt decoder's masks are all zero
+        model = model.sam.image_encoder
+    monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 0)  # YOLOv8 stages large batches only
+    with mlxnet.use_compile(True):
+        before = _leaves(model(*inputs))
+    assert len(_all_compiled_calls(model)) >= 2  # staged
+    mx.random.seed(1)  # each element moved on its own: LayerNorms make uniform scaling invisible
+    model.update(tree_map(lambda a: (a + 0.05 * (mx.abs(a).mean() + 0.1) * mx.random.normal(a.shape)).astype(a.dtype)
+                          if mx.issubdtype(a.dtype, mx.floating) else a, model.parameters()))
+    with mlxnet.use_compile(False):
+        eager = _leaves(model(*inputs))
+    with mlxnet.use_compile(True):
+        compiled = _leaves(model(*inputs))
+    assert any(not np.allclose(np.array(b), np.array(e)) for b, e in zip(before, eager))
+    for e, c in zip(eager, compiled):
+        np.testing.assert_allclose(np.array(c), np.array(e), rtol=2e-4, atol=2e-4 * float(mx.abs(e).max()) + 1e-6)
+
+
+def test_yolov8_stages_large_inputs_only(monkeypatch):
+    """Below STAGED_MIN_WORK (pixels × stem width²) the compiled YOLOv8 is one graph; from it,
+    two stages (the stem handed off first); both give the same output."""
+    net = yolo.YOLOv8("n")
+    net.eval()
+    x = mx.random.uniform(shape=(2, 64, 96, 3))
+    with mlxnet.use_compile(True):
+        whole = net(x)
+        assert [key[0] for key in _compiled_calls(net)] == ["YOLOv8._whole"]
+        monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 2 * 64 * 96 * 16 ** 2)  # yolov8n: 16 wide
+        staged = net(x)
+    assert [key[0] for key in _compiled_calls(net)] == ["YOLOv8._whole", "YOLOv8._stem", "YOLOv8._rest"]
+    np.testing.assert_allclose(np.array(staged), np.array(whole), rtol=1e-5, atol=1e-5)
+
+
+def _all_compiled_calls(model: nn.Module) -> list:
+    return [c for _, m in model.named_modules() for c in _compiled_calls(m).values()]
+
+
 def test_handoff_is_lazy_inside_transformations():
     """handoff starts arrays on the device; inside mx.compile, vmap and grad, where nothing may be
     evaluated, the values pass through and the transformation's result is unchanged."""
@@ -182,13 +230,31 @@ def test_compiled_gpu_forward_matches_eager(gpu, variant, dtype):
         assert np.abs(c32 - e32).max() <= tol * (np.abs(e32).max() + 1e-6)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_staged_yolov8_gpu_forward_matches_eager(gpu, monkeypatch, dtype):
+    """YOLOv8's two compiled stages (taken from STAGED_MIN_WORK, forced here) on the GPU."""
+    monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 0)
+    model, inputs = families.build_for_check("yolov8s", None, None, 256)
+    model.eval()
+    model.set_dtype(getattr(mx, dtype))
+    x = inputs[0].astype(getattr(mx, dtype))
+    with mlxnet.use_compile(False):
+        eager = np.array(model(x).astype(mx.float32))
+    staged = np.array(model(x).astype(mx.float32))
+    assert [key[0] for key in _all_compiled_calls(model)] == ["YOLOv8._stem", "YOLOv8._rest"]
+    tol = 2e-3 if dtype == "float32" else 2e-2
+    assert np.isfinite(staged).all()
+    assert np.abs(staged - eager).max() <= tol * (np.abs(eager).max() + 1e-6)
+
+
 def _leaves(tree) -> list[mx.array]:
     return [a for _, a in tree_flatten(tree) if isinstance(a, mx.array)]
 
 
 _FORWARD = """
 import sys, numpy as np, mlx.core as mx, mlxnet
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_map
 from mlxnet import families
 mlxnet.use_device("gpu")
 mx.random.seed(0)

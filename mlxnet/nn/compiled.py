@@ -14,14 +14,15 @@ again (each shape once). Python attributes read by the forward (flags, sizes) ar
 they were when a shape was first traced: after changing one, call :func:`recompile`.
 
 A long forward compiled as one function is one graph that the host must build in full before
-the device runs its first kernel. Models with many blocks (LaMa, SAM's TinyViT) therefore
-compile stages (a method decorated here, called with the stage's bounds) and pass each stage's
-output through :func:`handoff`, which starts it on the device while the host builds the next.
+the device runs its first kernel. Models with many blocks (LaMa, SAM's TinyViT, YOLOv8 on large
+batches) therefore compile stages (a method decorated here with the submodules it ``reads``,
+called with the stage's bounds) and pass each stage's output through :func:`handoff`, which
+starts it on the device while the host builds the next.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -32,22 +33,36 @@ Call = TypeVar("Call", bound=Callable[..., Any])
 _CACHE = "_mlxnet_compiled_calls"  # an instance attribute, not a dict entry: not in the state
 
 
-def compiled_for_inference(call: Call) -> Call:
-    """Decorate a module's ``__call__`` so that its eval-mode forward runs compiled."""
+def compiled_for_inference(call: Call | None = None, *,
+                           reads: Callable[..., Sequence[nn.Module]] | None = None) -> Any:
+    """Decorate a module's ``__call__`` (or a stage method) so that its eval-mode forward runs
+    compiled.
+
+    The compiled function's inputs are the module's arrays, gathered at every call: for a whole
+    model that is all of them (``self``). A stage reads only part of the model; with
+    ``reads(self, *bounds)`` naming the submodules it reads, only their arrays are gathered, so
+    the stage reaches the device sooner. The stage method is then called as ``method(x,
+    *bounds)``, with hashable bounds (layer indices, say): each set of bounds is its own
+    compiled function."""
+    if call is None:
+        return lambda c: compiled_for_inference(c, reads=reads)
+
     @functools.wraps(call)
     def run(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         if self.training or not compile_enabled():
             return call(self, *args, **kwargs)
+        bounds = tuple(args[1:]) if reads is not None else ()
         # Ops pick their face (kernel or definition) and device path while tracing.
-        key = (call.__qualname__, kernels_enabled(), backend())
+        key = (call.__qualname__, kernels_enabled(), backend(), bounds)
         calls = self.__dict__.setdefault(_CACHE, {})
         if key not in calls:
             def traced(*a: Any, **k: Any) -> Any:  # runs only while mx.compile traces
                 with tracing():
                     return call(self, *a, **k)
-            calls[key] = mx.compile(traced, inputs=[self])
+            inputs = [self] if reads is None else [list(reads(self, *bounds))]
+            calls[key] = mx.compile(traced, inputs=inputs)
         return calls[key](*args, **kwargs)
-    return run  # type: ignore[return-value]
+    return run
 
 
 def handoff(outputs: Any) -> Any:
