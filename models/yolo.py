@@ -42,11 +42,13 @@ SCALES: dict[str, tuple[float, float, int]] = {
 STRIDES = (8, 16, 32)
 BN_EPS = 1e-3  # ultralytics' initialize_weights sets every BatchNorm2d's eps to 1e-3
 REG_MAX = 16  # DFL bins per box side
-# A compiled forward runs in two stages, the first being the layers to the stride-4 C2f, when
-# that stage's device time covers the host building the rest: from STAGED_MIN_WORK input pixels
-# (N·H·W) × the stem's width² (YOLOv8s at batch 8 on 640², m at 4; measured on an H100,
-# docs/performance-notes.md).
-STEM_LAYERS = 3
+# Layers 0 to P3_END - 1 are a chain (each reads only the one before) ending at P3, stride 8.
+# A compiled forward runs the chain's first layers in stages with these bounds (to the stride-4
+# C2f), handed off one by one, then the rest of the network, when the first stage's device time
+# covers the host building the rest: from STAGED_MIN_WORK input pixels (N·H·W) × the stem's
+# width² (YOLOv8s at batch 8 on 640², m at 4). Measured on an H100 (docs/performance-notes.md).
+P3_END = 5
+BACKBONE_STAGES = (0, 3)
 STAGED_MIN_WORK = 2 * 640 * 640 * 64 ** 2
 
 
@@ -240,44 +242,43 @@ class YOLOv8(nn.Module):
     def features(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """The neck's outputs at strides 8, 16, 32 (layers 15, 18, 21)."""
         _check_input(x)
-        return self._neck(self._stem_layers(x))
+        return self._neck(self._run(x, 0, P3_END))
 
     def __call__(self, x: mx.array) -> mx.array:
         """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS.
 
-        Compiled, a large forward runs as two stages (mlxnet.nn.compiled): the first layers are
+        Compiled, a large forward runs in stages (mlxnet.nn.compiled): the first layers are
         started on the device (handoff) while the host builds the rest of the network. A small
         one, whose kernels take about as long on the device as the host takes to launch them,
         gains nothing from that and runs as one graph."""
         _check_input(x)
         if x.shape[0] * x.shape[1] * x.shape[2] * self.model[0].conv.weight.shape[0] ** 2 < STAGED_MIN_WORK:
             return self._whole(x)
-        return self._rest(handoff(self._stem(x)))
+        for lo, hi in zip(BACKBONE_STAGES, BACKBONE_STAGES[1:]):
+            x = handoff(self._layers(x, lo, hi))
+        return self._rest(x)
 
     @compiled_for_inference
     def _whole(self, x: mx.array) -> mx.array:
-        return self.model[22](self._neck(self._stem_layers(x)))
+        return self.model[22](self._neck(self._run(x, 0, P3_END)))
 
-    @compiled_for_inference(reads=lambda self: self.model[:STEM_LAYERS])
-    def _stem(self, x: mx.array) -> mx.array:
-        return self._stem_layers(x)
+    @compiled_for_inference(reads=lambda self, lo, hi: self.model[lo:hi])
+    def _layers(self, x: mx.array, lo: int, hi: int) -> mx.array:
+        return self._run(x, lo, hi)
 
-    @compiled_for_inference(reads=lambda self: self.model[STEM_LAYERS:])
+    @compiled_for_inference(reads=lambda self: self.model[BACKBONE_STAGES[-1]:])
     def _rest(self, x: mx.array) -> mx.array:
-        return self.model[22](self._neck(x))
+        return self.model[22](self._neck(self._run(x, BACKBONE_STAGES[-1], P3_END)))
 
-    def _stem_layers(self, x: mx.array) -> mx.array:
-        """Layers 0 to STEM_LAYERS - 1 (to the stride-4 C2f)."""
-        for layer in self.model[:STEM_LAYERS]:
+    def _run(self, x: mx.array, lo: int, hi: int) -> mx.array:
+        """Layers ``lo`` to ``hi - 1`` of the backbone's chain to P3, one after another."""
+        for layer in self.model[lo:hi]:
             x = layer(x)
         return x
 
-    def _neck(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """The backbone from the stem's output, then the neck: its outputs at strides 8, 16, 32."""
+    def _neck(self, p3: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The backbone from P3 (stride 8), then the neck: its outputs at strides 8, 16, 32."""
         m = self.model
-        for i in range(STEM_LAYERS, 4):
-            x = m[i](x)
-        p3 = m[4](x)
         p4 = m[6](m[5](p3))
         p5 = m[9](m[8](m[7](p4)))
         # The Concat rows (11, 14, 17, 20) hand their parts to the next C2f, whose first 1x1 conv

@@ -483,7 +483,9 @@ def main() -> None:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--batch", type=int, nargs="+", default=[1])
     ap.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "float16", "bfloat16"])
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=None,
+                    help="timed calls per run (default: 5 on the CPU, 20 on the GPU, where calls are short "
+                         "and a loaded host moves single calls most)")
     ap.add_argument("--torch-compile", action="store_true",
                     help='also time torch.compile(mode="reduce-overhead") (compiles each model: slow)')
     ap.add_argument("--cuda-graphs", action="store_true",
@@ -520,7 +522,7 @@ def main() -> None:
             for dtype in (["float32"] if name in SINGLE else a.dtype):
                 try:
                     bench = build(a.device, batch, dtype)
-                    r = measure(bench, a.device, a.reps, a.torch_compile)
+                    r = measure(bench, a.device, a.reps or (20 if a.device == "gpu" else 5), a.torch_compile)
                 except Exception as e:  # noqa: BLE001 - one failing entry must not lose the others
                     print(f"{name:18s} {batch:2d} {dtype:8s} failed: {type(e).__name__}: {str(e).splitlines()[0]}",
                           flush=True)

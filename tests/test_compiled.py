@@ -154,7 +154,7 @@ def test_staged_forwards_see_new_weights(variant, monkeypatch):
 
 def test_yolov8_stages_large_inputs_only(monkeypatch):
     """Below STAGED_MIN_WORK (pixels × stem width²) the compiled YOLOv8 is one graph; from it,
-    two stages (the stem handed off first); both give the same output."""
+    the first layers in stages handed off one by one, then the rest; both give the same output."""
     net = yolo.YOLOv8("n")
     net.eval()
     x = mx.random.uniform(shape=(2, 64, 96, 3))
@@ -163,7 +163,10 @@ def test_yolov8_stages_large_inputs_only(monkeypatch):
         assert [key[0] for key in _compiled_calls(net)] == ["YOLOv8._whole"]
         monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 2 * 64 * 96 * 16 ** 2)  # yolov8n: 16 wide
         staged = net(x)
-    assert [key[0] for key in _compiled_calls(net)] == ["YOLOv8._whole", "YOLOv8._stem", "YOLOv8._rest"]
+    stages = list(zip(yolo.BACKBONE_STAGES, yolo.BACKBONE_STAGES[1:]))
+    assert [(key[0], key[-1]) for key in _compiled_calls(net)] == (
+        [("YOLOv8._whole", ())] + [("YOLOv8._layers", b) for b in stages] + [("YOLOv8._rest", ())])
+    assert stages[0][0] == 0 and stages[-1][1] <= yolo.P3_END
     np.testing.assert_allclose(np.array(staged), np.array(whole), rtol=1e-5, atol=1e-5)
 
 
@@ -233,7 +236,7 @@ def test_compiled_gpu_forward_matches_eager(gpu, variant, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_staged_yolov8_gpu_forward_matches_eager(gpu, monkeypatch, dtype):
-    """YOLOv8's two compiled stages (taken from STAGED_MIN_WORK, forced here) on the GPU."""
+    """YOLOv8's compiled stages (taken from STAGED_MIN_WORK, forced here) on the GPU."""
     monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 0)
     model, inputs = families.build_for_check("yolov8s", None, None, 256)
     model.eval()
@@ -242,7 +245,7 @@ def test_staged_yolov8_gpu_forward_matches_eager(gpu, monkeypatch, dtype):
     with mlxnet.use_compile(False):
         eager = np.array(model(x).astype(mx.float32))
     staged = np.array(model(x).astype(mx.float32))
-    assert [key[0] for key in _compiled_calls(model)] == ["YOLOv8._stem", "YOLOv8._rest"]
+    assert [key[0] for key in _compiled_calls(model)] == ["YOLOv8._layers"] * (len(yolo.BACKBONE_STAGES) - 1) + ["YOLOv8._rest"]
     tol = 2e-3 if dtype == "float32" else 2e-2
     assert np.isfinite(staged).all()
     assert np.abs(staged - eager).max() <= tol * (np.abs(eager).max() + 1e-6)
