@@ -260,7 +260,7 @@ class YOLOv8(nn.Module):
 
     @compiled_for_inference
     def _whole(self, x: mx.array) -> mx.array:
-        return self.model[22](self._neck(self._run(x, 0, P3_END)))
+        return self._from(x, 0)
 
     @compiled_for_inference(reads=lambda self, lo, hi: self.model[lo:hi])
     def _layers(self, x: mx.array, lo: int, hi: int) -> mx.array:
@@ -268,7 +268,11 @@ class YOLOv8(nn.Module):
 
     @compiled_for_inference(reads=lambda self: self.model[BACKBONE_STAGES[-1]:])
     def _rest(self, x: mx.array) -> mx.array:
-        return self.model[22](self._neck(self._run(x, BACKBONE_STAGES[-1], P3_END)))
+        return self._from(x, BACKBONE_STAGES[-1])
+
+    def _from(self, x: mx.array, lo: int) -> mx.array:
+        """The network from layer ``lo`` of the chain to P3 on: the chain's rest, neck and head."""
+        return self.model[22](self._neck(self._run(x, lo, P3_END)))
 
     def _run(self, x: mx.array, lo: int, hi: int) -> mx.array:
         """Layers ``lo`` to ``hi - 1`` of the backbone's chain to P3, one after another."""

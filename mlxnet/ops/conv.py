@@ -97,11 +97,18 @@ PAIRED_CHANNELS = frozenset({40, 48, 56})
 MIN_PAIRED_PIXELS = 150_000
 
 
+def _column_pairs_fit(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair,
+                      groups: int) -> bool:
+    """What both column-pair forms need: CUDA, a dense 3×3 conv padded by 1 of an even-width map,
+    with at least MIN_PAIRED_PIXELS output pixels."""
+    oh, ow = _out_size(x, weight, stride, padding, dilation)
+    return (backend() == "cuda" and groups == 1 and tuple(weight.shape[1:3]) == (3, 3) and padding == (1, 1)
+            and dilation == (1, 1) and x.shape[2] % 2 == 0 and x.shape[0] * oh * ow >= MIN_PAIRED_PIXELS)
+
+
 def _pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair, groups: int) -> bool:
-    return (backend() == "cuda" and groups == 1 and tuple(weight.shape[1:3]) == (3, 3)
-            and stride == (1, 1) and padding == (1, 1) and dilation == (1, 1) and x.shape[2] % 2 == 0
-            and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS
-            and x.shape[0] * x.shape[1] * x.shape[2] >= MIN_PAIRED_PIXELS)
+    return (stride == (1, 1) and weight.shape[0] in PAIRED_CHANNELS and weight.shape[-1] in PAIRED_CHANNELS
+            and _column_pairs_fit(x, weight, stride, padding, dilation, groups))
 
 
 # Input channel counts whose stride-2 3×3 convs cuDNN runs slowly on CUDA in float32 (an indexed
@@ -112,11 +119,8 @@ STRIDED_PAIR_CHANNELS = frozenset({32})
 
 def _strided_pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair,
                         groups: int) -> bool:
-    oh, ow = _out_size(x, weight, stride, padding, dilation)
-    return (backend() == "cuda" and x.dtype == weight.dtype == mx.float32 and groups == 1
-            and tuple(weight.shape[1:3]) == (3, 3) and stride == (2, 2) and padding == (1, 1)
-            and dilation == (1, 1) and x.shape[2] % 2 == 0 and weight.shape[-1] in STRIDED_PAIR_CHANNELS
-            and x.shape[0] * oh * ow >= MIN_PAIRED_PIXELS)
+    return (stride == (2, 2) and x.dtype == weight.dtype == mx.float32 and weight.shape[-1] in STRIDED_PAIR_CHANNELS
+            and _column_pairs_fit(x, weight, stride, padding, dilation, groups))
 
 
 # float32 convs to at most this many output channels from at least MIN_TAPS_CHANNELS run faster
