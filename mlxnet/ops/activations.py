@@ -1,4 +1,4 @@
-"""Activations: SiLU, sigmoid, GELU (erf form), and the CPU exp they are built on.
+"""Activations: SiLU, sigmoid, GELU (erf and tanh forms), and the CPU exp they are built on.
 
 Definitions use MLX's own ``sigmoid``/``erf`` in float32. MLX's Linux CPU back end evaluates
 exp/erf one scalar at a time, but it vectorises what ``mx.compile`` fuses, so the CPU fast
@@ -21,6 +21,7 @@ from typing import Callable
 import mlx.core as mx
 
 from .. import _native
+from ..errors import MlxnetError
 from .registry import FUSED, register
 
 _LOG2E = 1.4426950408889634
@@ -80,12 +81,19 @@ _pow2_pass = mx.compile(_pow2_bits)
 _Z_LIMIT = 1e6
 
 
-def _negated(x: mx.array) -> mx.array:
-    return -mx.clip(x, -_Z_LIMIT, _Z_LIMIT)
+def _neg_abs(x: mx.array) -> mx.array:
+    # |x| as a select, not mx.abs: abs's gradient at 0 is 0, which would zero sigmoid's there
+    return -mx.minimum(mx.where(x >= 0, x, -x), _Z_LIMIT)
 
 
-_silu_f32 = _with_exp(_negated, lambda x, e: x / (1.0 + e))
-_sigmoid_f32 = _with_exp(_negated, lambda x, e: 1.0 / (1.0 + e))
+# exp(−|x|) lies in [0, 1]: unlike exp(−x), it never overflows, so no inf enters the
+# formulas below or their gradients (inf · 0 would make a NaN gradient where the true one is 0).
+def _stable_sigmoid(x: mx.array, e: mx.array) -> mx.array:
+    return mx.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_silu_f32 = _with_exp(_neg_abs, lambda x, e: x * _stable_sigmoid(x, e))
+_sigmoid_f32 = _with_exp(_neg_abs, _stable_sigmoid)
 # exp(−x²/2), for GELU
 _gauss = _with_exp(lambda x: (lambda c: c * (c * -0.5))(mx.clip(x, -1e3, 1e3)), lambda x, e: e)
 # exp(x − m), m ≥ x (softmax; x = −inf, a masked score, gives 0)
@@ -98,15 +106,29 @@ _exp = _with_exp(lambda z: mx.clip(z, -_Z_LIMIT, _Z_LIMIT), lambda z, e: e)
 
 @mx.compile
 def _gelu_given_gauss(x: mx.array, gauss: mx.array) -> mx.array:
-    # 0.5·x·(1 + erf(x/√2)) with A&S 7.1.26, erf(u) = 1 − t·P(t)·exp(−u²), rewritten as
-    # max(x, 0) − 0.5·|x|·t·P(t)·exp(−x²/2): one expression for both signs of x.
+    # 0.5·x·(1 + erf(x/√2)) = 0.5·(x + |x|·erf(|x|/√2)), with A&S 7.1.26 for erf of the
+    # non-negative argument, erf(u) = 1 − t·P(t)·exp(−u²): one expression for both signs of x,
+    # whose gradient at 0 is the true 0.5 (|x|' = 0 there) and which is inf at x = inf.
     xf = x.astype(mx.float32)
     a = mx.abs(xf)
     t = 1.0 / (1.0 + (_ERF_P * _SQRT_HALF) * a)
     t2 = t * t
     a0, a1, a2, a3, a4 = _ERF_A
     tp = ((a2 + a1 * t) + t2 * a0) * t2 + (a4 + a3 * t)  # P(t) by Estrin's scheme
-    return (mx.maximum(xf, 0.0) - (tp * (t * gauss)) * (0.5 * a)).astype(x.dtype)
+    return (0.5 * (xf + a * (1.0 - tp * (t * gauss)))).astype(x.dtype)
+
+
+_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
+_TANH_K = 0.044715
+
+
+def _tanh_arg(x: mx.array) -> mx.array:
+    return _TANH_C * (x + _TANH_K * x * x * x)
+
+
+# GELU's tanh form with tanh(|u|) = (1 − e)/(1 + e), e = exp(−2|u|) in [0, 1]
+_gelu_tanh_f32 = _with_exp(lambda x: -mx.minimum(2.0 * mx.abs(_tanh_arg(x)), _Z_LIMIT),
+                           lambda x, e: 0.5 * (x + mx.abs(x) * ((1.0 - e) / (1.0 + e))))
 
 
 def _example() -> tuple[tuple, dict]:
@@ -148,8 +170,36 @@ def sigmoid(x: mx.array) -> mx.array:
     return _in_float32(mx.sigmoid, x)
 
 
-@register("gelu", cpu=lambda x: _gelu_given_gauss(x, _gauss(x.astype(mx.float32))),
-          kernel=FUSED, example=_example, edge_examples=_edge_examples)
-def gelu(x: mx.array) -> mx.array:
-    """GELU, erf form (PyTorch's default), computed in float32."""
+GELU_FORMS = ("none", "tanh")
+
+
+def _gelu_check(x: mx.array, *, approximate: str = "none") -> tuple[tuple, dict]:
+    if approximate not in GELU_FORMS:
+        raise MlxnetError(f"gelu: approximate must be one of {', '.join(map(repr, GELU_FORMS))}, "
+                          f"got {approximate!r}")
+    return (x,), {"approximate": approximate}
+
+
+def _gelu_cpu(x: mx.array, *, approximate: str = "none") -> mx.array:
+    if approximate == "tanh":
+        return _gelu_tanh_f32(x)
+    return _gelu_given_gauss(x, _gauss(x.astype(mx.float32)))
+
+
+def _gelu_fused(x: mx.array, *, approximate: str = "none") -> mx.array:
+    return (_gelu_tanh_compiled if approximate == "tanh" else _gelu_erf_compiled)(x)
+
+
+@register("gelu", cpu=_gelu_cpu, kernel=_gelu_fused, check=_gelu_check, example=_example,
+          edge_examples=_edge_examples)
+def gelu(x: mx.array, *, approximate: str = "none") -> mx.array:
+    """GELU, computed in float32: the erf form (PyTorch's default) or, with
+    ``approximate="tanh"``, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))."""
+    if approximate == "tanh":
+        return _in_float32(lambda v: 0.5 * v * (1.0 + mx.tanh(_tanh_arg(v))), x)
     return _in_float32(lambda v: 0.5 * v * (1.0 + mx.erf(v * _SQRT_HALF)), x)
+
+
+# The GPU face: each form's definition compiled, one fused kernel (see FUSED in the registry).
+_gelu_erf_compiled = mx.compile(lambda x: gelu.op.definition(x))
+_gelu_tanh_compiled = mx.compile(lambda x: gelu.op.definition(x, approximate="tanh"))

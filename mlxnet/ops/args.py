@@ -10,11 +10,15 @@ IntOrTuple = int | Sequence[int]
 
 
 def as_tuple(value: IntOrTuple, n: int, what: str = "argument", op: str = "op") -> tuple[int, ...]:
-    """An int repeated ``n`` times, or a sequence of exactly ``n`` ints (PyTorch's convention
-    for kernel sizes, strides, paddings and dilations)."""
+    """An int repeated ``n`` times, or a sequence of exactly ``n`` ints, or of one int repeated
+    (PyTorch's convention for kernel sizes, strides, paddings and dilations)."""
     try:
+        if isinstance(value, (str, bytes)) or isinstance(value, bool):
+            raise TypeError
         values = (operator.index(value),) * n if not isinstance(value, Sequence) else \
             tuple(operator.index(v) for v in value)
+        if len(values) == 1 and not any(isinstance(v, bool) for v in (value if isinstance(value, Sequence) else ())):
+            values *= n
     except TypeError:
         values = ()
     if len(values) != n:

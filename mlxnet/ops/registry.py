@@ -11,8 +11,12 @@ Every op has three named faces:
   op's backward kernel when it has one, else through MLX autodiff of the definition); or, where
   measured faster, MLX's own fused op or the definition compiled (``FUSED``), run as they are.
 
-At each call the dispatcher reads the live back end and picks the fast face for it, if the
-op has one. ``MLXNET_KERNELS=0`` or ``with mlxnet.use_kernels(False)`` turns every fast face
+Before any face runs, the dispatcher gives the call to the op's ``check`` (argument
+validation and canonical spelling, in one place, so every face refuses exactly what the
+definition refuses), adds the batch axis to an unbatched sample (``batched``), and sends
+calls with an empty input to the definition under a guard (``_empty_safe``) so no empty
+array reaches a fast face or MLX's gradients of empty arrays. Then it reads the live back
+end and picks the fast face for it, if the op has one. ``MLXNET_KERNELS=0`` or ``with mlxnet.use_kernels(False)`` turns every fast face
 off: each op runs its definition (what ``mlxnet check`` compares against).
 """
 from __future__ import annotations
@@ -44,6 +48,13 @@ class Op:
     # Calls at the sizes that change a kernel's generated signature or launch: every input
     # under 8 elements, 0-d where the op takes it, empty (must not launch).
     edge_examples: Callable[[], list[tuple[tuple, dict]]] | None = None
+    # check(*args, **params) -> (args, params) or (args, params, finish): validates a call and
+    # rewrites it to the one spelling the faces take; ``finish`` maps the faces' output back.
+    check: OpFn | None = None
+    # Rank of the first (batched) input; where it has one axis less it is one sample, as
+    # PyTorch's unbatched inputs: the first ``per_sample`` array inputs get a batch axis of 1.
+    batched: int | None = None
+    per_sample: int = 1
     dispatch: OpFn = field(init=False, repr=False)
 
     @property
@@ -105,6 +116,74 @@ def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
     return forward(*arrays)
 
 
+def _is_empty(args: tuple) -> bool:
+    return any(isinstance(a, mx.array) and a.size == 0 for a in args)
+
+
+def _empty_safe(op: Op, args: tuple, params: dict) -> Any:
+    """The definition, for a call with an empty input. Where every output is empty too, the
+    gradient of every input is zero (MLX's own VJPs of some ops on empty arrays crash or hang:
+    docs/performance-notes.md, "Known MLX defects"); otherwise autodiff of the definition."""
+    positions, arrays = _split(args)
+
+    def rebuild(xs: tuple) -> list:
+        full = list(args)
+        for i, x in zip(positions, xs):
+            full[i] = x
+        return full
+
+    @mx.custom_function
+    def forward(*xs: mx.array) -> Any:
+        return op.definition(*rebuild(xs), **params)
+
+    @forward.vjp
+    def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
+        primals = _as_tuple(primals)
+        if all(o.size == 0 for o in _as_tuple(outputs)):
+            return tuple(mx.zeros_like(p) for p in primals)
+        _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.definition(*rebuild(xs), **params))),
+                          list(primals), list(_as_tuple(cotangents)))
+        return tuple(grads)
+
+    return forward(*arrays)
+
+
+def _one_sample(op: Op, args: tuple, params: dict) -> Any:
+    """An unbatched call: a batch of one through the op, the batch axis removed again."""
+    batched = list(args)
+    seen = 0
+    for i, a in enumerate(args):
+        if isinstance(a, mx.array) and seen < op.per_sample:
+            batched[i], seen = a[None], seen + 1
+    out = op.dispatch(*batched, **params)
+    return tuple(o[0] for o in out) if isinstance(out, (tuple, list)) else out[0]
+
+
+def _call(op: Op, args: tuple, params: dict) -> Any:
+    finish = None
+    if op.check is not None:
+        args, params, *rest = op.check(*args, **params)
+        finish = rest[0] if rest else None
+    if _is_empty(args):
+        out = _empty_safe(op, args, params)
+    else:
+        out = _run_face(op, args, params)
+    return out if finish is None else finish(out)
+
+
+def _run_face(op: Op, args: tuple, params: dict) -> Any:
+    face = op.face()
+    if face == "kernel":
+        if not op.sources and op.kernel_vjp is None:
+            # MLX's own ops differentiate as they are; a custom_function around them
+            # would also end every fusion at the op's boundary.
+            return op.kernel(*args, **params)  # type: ignore[misc]
+        return _differentiable_kernel_call(op, args, params)
+    if face == "cpu":
+        return op.cpu(*args, **params)  # type: ignore[misc]
+    return op.definition(*args, **params)
+
+
 def register(
     name: str,
     *,
@@ -114,6 +193,9 @@ def register(
     sources: tuple[PortableKernel, ...] = (),
     example: Callable[[], tuple[tuple, dict]] | None = None,
     edge_examples: Callable[[], list[tuple[tuple, dict]]] | None = None,
+    check: OpFn | None = None,
+    batched: int | None = None,
+    per_sample: int = 1,
 ) -> Callable[[OpFn], OpFn]:
     """Decorate an op's definition; returns the public, dispatching function.
 
@@ -125,20 +207,15 @@ def register(
         if name in REGISTRY:
             raise MlxnetError(f"op {name!r} is registered twice")
         gpu = mx.compile(definition) if kernel is FUSED else kernel
-        op = Op(name, definition, cpu, gpu, kernel_vjp, sources, example, edge_examples)
+        op = Op(name, definition, cpu, gpu, kernel_vjp, sources, example, edge_examples,
+                check, batched, per_sample)
 
         @functools.wraps(definition)
         def dispatch(*args: Any, **params: Any) -> Any:
-            face = op.face()
-            if face == "kernel":
-                if not op.sources and op.kernel_vjp is None:
-                    # MLX's own ops differentiate as they are; a custom_function around them
-                    # would also end every fusion at the op's boundary.
-                    return op.kernel(*args, **params)  # type: ignore[misc]
-                return _differentiable_kernel_call(op, args, params)
-            if face == "cpu":
-                return op.cpu(*args, **params)  # type: ignore[misc]
-            return definition(*args, **params)
+            first = next((a for a in args if isinstance(a, mx.array)), None)
+            if op.batched is not None and first is not None and first.ndim == op.batched - 1:
+                return _one_sample(op, args, params)
+            return _call(op, args, params)
 
         dispatch.op = op  # type: ignore[attr-defined]
         op.dispatch = dispatch
