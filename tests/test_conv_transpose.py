@@ -174,7 +174,7 @@ def test_layers_match_torch_modules(nd):
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda x, w: ops.conv_transpose2d(x[0], w), r"input must be 4-D NHWC, got shape \(5, 6, 4\)"),
+    (lambda x, w: ops.conv_transpose2d(x[0, 0], w), r"input must be 4-D NHWC, got shape \(6, 4\)"),
     (lambda x, w: ops.conv_transpose2d(x, w[0]), r"weight must be 4-D"),
     (lambda x, w: ops.conv_transpose2d(x, w, stride=2, output_padding=2),
      r"output_padding must be smaller than stride or dilation, got output_padding=2, stride=2, dilation=1"),

@@ -81,19 +81,38 @@ _pow2_pass = mx.compile(_pow2_bits)
 _Z_LIMIT = 1e6
 
 
-def _neg_abs(x: mx.array) -> mx.array:
-    # |x| as a select, not mx.abs: abs's gradient at 0 is 0, which would zero sigmoid's there
-    return -mx.minimum(mx.where(x >= 0, x, -x), _Z_LIMIT)
+def _negated(x: mx.array) -> mx.array:
+    return -mx.clip(x, -_Z_LIMIT, _Z_LIMIT)
 
 
-# exp(−|x|) lies in [0, 1]: unlike exp(−x), it never overflows, so no inf enters the
-# formulas below or their gradients (inf · 0 would make a NaN gradient where the true one is 0).
-def _stable_sigmoid(x: mx.array, e: mx.array) -> mx.array:
-    return mx.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+def _with_slope(forward: Callable[[mx.array], mx.array],
+                slope: Callable[[mx.array, mx.array], mx.array]) -> Callable[[mx.array], mx.array]:
+    """``forward`` with the gradient g·slope(x, y), y = forward(x), in float32. Autodiff of the
+    arithmetic exp would multiply a zero by exp's overflow (inf) below x ≈ −88 and make NaN
+    where the true gradient is 0; the closed-form slope never meets an inf there."""
+    @mx.custom_function
+    def f(x: mx.array) -> mx.array:
+        return forward(x)
+
+    @f.vjp
+    def f_vjp(primals: tuple, cotangent: mx.array, output: mx.array) -> tuple:
+        x = primals[0] if isinstance(primals, (tuple, list)) else primals
+        g = cotangent[0] if isinstance(cotangent, (tuple, list)) else cotangent
+        y = output[0] if isinstance(output, (tuple, list)) else output
+        return (_times_slope(g, x, y),)
+
+    # one fused pass for the sigmoid's slope and the product (slope's own exp is its own passes)
+    _times_slope = mx.compile(lambda g, x, y: (g.astype(mx.float32) * slope(
+        x.astype(mx.float32), y.astype(mx.float32))).astype(x.dtype))
+    return f
 
 
-_silu_f32 = _with_exp(_neg_abs, lambda x, e: x * _stable_sigmoid(x, e))
-_sigmoid_f32 = _with_exp(_neg_abs, _stable_sigmoid)
+_sigmoid_arith = _with_exp(_negated, lambda x, e: 1.0 / (1.0 + e))
+# sigmoid' = s·(1 − s); silu' = s·(1 + x·(1 − s)), s = sigmoid(x) recomputed in float32
+_sigmoid_f32 = _with_slope(_sigmoid_arith, lambda x, y: y * (1.0 - y))
+_silu_f32 = _with_slope(
+    _with_exp(_negated, lambda x, e: x / (1.0 + e)),
+    lambda x, y: (lambda s: s * (1.0 + x * (1.0 - s)))(_sigmoid_arith(x)))
 # exp(−x²/2), for GELU
 _gauss = _with_exp(lambda x: (lambda c: c * (c * -0.5))(mx.clip(x, -1e3, 1e3)), lambda x, e: e)
 # exp(x − m), m ≥ x (softmax; x = −inf, a masked score, gives 0)
@@ -122,8 +141,12 @@ _TANH_C = 0.7978845608028654  # sqrt(2 / pi)
 _TANH_K = 0.044715
 
 
+_TANH_FLAT = 1e4  # tanh of the argument is ±1 from |x| ≈ 10: clipping x keeps x³ finite
+
+
 def _tanh_arg(x: mx.array) -> mx.array:
-    return _TANH_C * (x + _TANH_K * x * x * x)
+    c = mx.clip(x, -_TANH_FLAT, _TANH_FLAT)
+    return _TANH_C * (c + _TANH_K * c * c * c)
 
 
 # GELU's tanh form with tanh(|u|) = (1 − e)/(1 + e), e = exp(−2|u|) in [0, 1]

@@ -83,8 +83,15 @@ def _edges(nd: int) -> list[tuple[tuple, dict]]:
             ((mx.zeros((0, *(3,) * nd, 2)), w, b), {"groups": 2})]
 
 
+def _check(nd: int, x: mx.array, weight: mx.array, bias: mx.array | None = None, **params: Any) -> tuple:
+    # plan() is the one argument check; the faces call it again only for the geometry.
+    plan(x, weight, bias, nd, **{"stride": 1, "padding": 0, "output_padding": 0, "dilation": 1,
+                                 "groups": 1, **params})
+    return ((x, weight) if bias is None else (x, weight, bias)), params
+
+
 @register("conv_transpose2d", kernel=_kernel2d, kernel_vjp=_vjp2d, sources=(gpu.GATHER,),
-          example=_example2d, edge_examples=lambda: _edges(2))
+          check=lambda *a, **k: _check(2, *a, **k), batched=4, example=_example2d, edge_examples=lambda: _edges(2))
 def conv_transpose2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                      stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
                      dilation: IntOrTuple = 1, groups: int = 1) -> mx.array:
@@ -93,7 +100,7 @@ def conv_transpose2d(x: mx.array, weight: mx.array, bias: mx.array | None = None
 
 
 @register("conv_transpose1d", kernel=_kernel1d, kernel_vjp=_vjp1d, sources=(gpu.GATHER,),
-          example=_example1d, edge_examples=lambda: _edges(1))
+          check=lambda *a, **k: _check(1, *a, **k), batched=3, example=_example1d, edge_examples=lambda: _edges(1))
 def conv_transpose1d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                      stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
                      dilation: IntOrTuple = 1, groups: int = 1) -> mx.array:

@@ -1,14 +1,18 @@
-"""Reflect and symmetric padding of NHWC maps (PyTorch's 'reflect', numpy's 'symmetric').
+"""2-D padding of NHWC maps, as PyTorch's ``F.pad`` pads the last two axes of NCHW ones:
+'reflect', 'replicate' and 'constant' (PyTorch's), and 'symmetric' (numpy's). Negative pads
+crop: the crop comes first, and the padding (with its limits) applies to what is kept.
 
-The definition is one gather with a precomputed index; the GPU face is a copy kernel
-(custom_kernels/pad.kern) that mirrors each output pixel's row and column itself, so it reads
-no index array and writes each element once. Padding only moves bytes, so the kernel copies a
-pixel's channels as 8- or 4-byte words where those tile a pixel's bytes: a thread then moves
-8 bytes, not one element, for float32 maps with an even channel count and float16 ones with
-a multiple of 4.
+The definition is one gather with a precomputed index (crop and padding together); the GPU face
+is a copy kernel (custom_kernels/pad.kern) that folds each output pixel's row and column back
+into the kept map itself, so it reads no index array and writes each element once. Padding
+only moves bytes, so the kernel copies a pixel's channels as 8- or 4-byte words where those
+tile a pixel's bytes: a thread then moves 8 bytes, not one element, for float32 maps with an
+even channel count and float16 ones with a multiple of 4. 'constant' is MLX's own ``mx.pad``
+of the cropped map on every face.
 """
 from __future__ import annotations
 
+import numbers
 from functools import lru_cache
 
 import mlx.core as mx
@@ -18,40 +22,63 @@ from ..errors import MlxnetError
 from .kernel_source import PortableKernel, launch_nhwc
 from .registry import register
 
-MODES = ("reflect", "symmetric")
+MODES = ("reflect", "symmetric", "replicate", "constant")
+# The mode number pad.kern reads in p[8].
+KERNEL_MODES = {"reflect": 0, "symmetric": 1, "replicate": 2}
+
+Pads = tuple[int, int, int, int]
+
+
+def _kept(size: int, lo: int, hi: int) -> tuple[int, int]:
+    """(first kept index, kept length) of an axis of ``size`` whose start and end ``lo`` and
+    ``hi`` pad or, where negative, crop."""
+    start = max(-lo, 0)
+    return start, size - start - max(-hi, 0)
+
+
+def _axis(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    """Input index along one axis of every output position."""
+    start, kept = _kept(size, lo, hi)
+    i = np.arange(-max(lo, 0), kept + max(hi, 0))  # positions relative to the kept part
+    if mode == "replicate":
+        i = np.clip(i, 0, kept - 1)
+    elif mode == "reflect":  # edge not repeated
+        i = np.abs(i)
+        i = np.where(i >= kept, 2 * (kept - 1) - i, i)
+    else:  # symmetric: edge repeated
+        i = np.where(i < 0, -i - 1, i)
+        i = np.where(i >= kept, 2 * kept - 1 - i, i)
+    return start + i
 
 
 @lru_cache(maxsize=64)
 def _pad_index(h: int, w: int, top: int, bottom: int, left: int, right: int, mode: str) -> mx.array:
-    """Flat source index of every pixel of the padded (h + top + bottom, w + left + right) map."""
-    def axis(size: int, lo: int, hi: int) -> np.ndarray:
-        i = np.arange(-lo, size + hi)
-        if mode == "reflect":  # edge not repeated
-            i = np.abs(i)
-            return np.where(i >= size, 2 * (size - 1) - i, i)
-        i = np.where(i < 0, -i - 1, i)  # symmetric: edge repeated
-        return np.where(i >= size, 2 * size - 1 - i, i)
-
-    index = axis(h, top, bottom)[:, None] * w + axis(w, left, right)[None, :]
+    """Flat source index of every pixel of the output (h + top + bottom, w + left + right) map."""
+    index = _axis(h, top, bottom, mode)[:, None] * w + _axis(w, left, right, mode)[None, :]
     return mx.array(index.ravel().astype(np.int32))
 
 
 PAD = PortableKernel("pad.kern", "pad2d", ["x", "p"], ["out"])
 
 
-def _kernel(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect") -> mx.array:
-    top, bottom, left, right = _check(x, pads, mode)
-    if not (top or bottom or left or right):
+def _kernel(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = None) -> mx.array:
+    pads = _check(x, pads, mode, value)
+    top, bottom, left, right = pads
+    if not any(pads):
         return x
+    if mode == "constant":  # MLX's pad is already one copy kernel
+        return pad2d.__wrapped__(x, pads, mode, value)
     h, w = x.shape[-3:-1]
     words = _as_words(x)
     lead, c = x.shape[:-3], words.shape[-1]
     n = int(np.prod(lead)) if lead else 1
     oh, ow = h + top + bottom, w + left + right
-    outs = launch_nhwc(PAD, [words], (n, h, w, c, oh, ow, top, left, int(mode == "symmetric")),
-                       [("T", words.dtype)], (n, oh, ow, c), [(*lead, oh, ow, c)], [words.dtype])
+    (row0, kh), (col0, kw) = _kept(h, top, bottom), _kept(w, left, right)
+    params = (n, h, w, c, oh, ow, max(top, 0), max(left, 0), KERNEL_MODES[mode], row0, col0, kh, kw)
+    outs = launch_nhwc(PAD, [words], params, [("T", words.dtype)], (n, oh, ow, c), [(*lead, oh, ow, c)],
+                       [words.dtype])
     # past the launch limits, the gather definition (which has none)
-    return outs[0].view(x.dtype) if outs is not None else pad2d.__wrapped__(x, pads, mode)
+    return outs[0].view(x.dtype) if outs is not None else pad2d.__wrapped__(x, pads, mode, value)
 
 
 def _as_words(x: mx.array) -> mx.array:
@@ -62,17 +89,49 @@ def _as_words(x: mx.array) -> mx.array:
     return x if word is None or x.size == 0 else x.view(word)
 
 
-def _check(x: mx.array, pads: tuple[int, int, int, int], mode: str) -> tuple[int, int, int, int]:
-    if mode not in MODES:
-        raise MlxnetError(f"pad2d: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-    top, bottom, left, right = pads
-    if not (top or bottom or left or right):
-        return pads
+def _brief(obj: object, limit: int = 60) -> str:
+    """``repr(obj)`` on one line, cut short: error messages stay one line."""
+    text = " ".join(repr(obj).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check(x: mx.array, pads: Pads, mode: str, value: float | None = None) -> Pads:
+    """Validate a call and return its pads as 4 ints: every face calls this first, so each
+    refuses exactly what the definition refuses."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise MlxnetError(f"pad2d: unknown mode {_brief(mode)}; expected one of {', '.join(MODES)}")
+    if not (isinstance(pads, (tuple, list)) and len(pads) == 4
+            and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in pads)):
+        raise MlxnetError(f"pad2d: pads must be 4 ints (top, bottom, left, right), got {_brief(pads)}")
+    pads = tuple(int(p) for p in pads)
+    if not isinstance(x, mx.array) or x.ndim < 3:
+        shape = x.shape if isinstance(x, mx.array) else type(x).__name__
+        raise MlxnetError(f"pad2d: x must be an (..., H, W, C) array, got {shape}")
+    if value is not None:
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise MlxnetError(f"pad2d: value must be a number, got {_brief(value)}")
+        if mode != "constant" and value != 0:  # PyTorch accepts only None or 0 here too
+            raise MlxnetError(f"pad2d: mode {mode!r} takes no value (got {value!r}); value is for 'constant'")
     h, w = x.shape[-3:-1]
-    edge = 1 if mode == "reflect" else 0  # reflect does not repeat the edge, so it reaches one less
-    if min(pads) < 0 or max(top, bottom) > h - edge or max(left, right) > w - edge:
-        raise MlxnetError(f"pad2d: a {h}×{w} feature map is too small to {mode}-pad by {tuple(pads)} "
-                          "(top, bottom, left, right)")
+    said = f"pads {pads} (top, bottom, left, right)"
+    for size, lo, hi, unit in ((h, pads[0], pads[1], "rows"), (w, pads[2], pads[3], "columns")):
+        kept = _kept(size, lo, hi)[1]
+        crop = size - kept
+        if kept < 0:
+            raise MlxnetError(f"pad2d: {said} crop {crop} {unit} of a {h}×{w} map, which has only {size} "
+                              f"({mode} mode)")
+        grow = max(lo, hi, 0)
+        if grow == 0 or mode == "constant":
+            continue
+        cropped = " (after cropping)" if crop else ""
+        if mode == "replicate" and kept == 0:
+            raise MlxnetError(f"pad2d: {said} leave no {unit} to replicate in a {h}×{w} map{cropped}")
+        # reflect does not repeat the edge, so it reaches one pixel less than symmetric
+        limit = kept - 1 if mode == "reflect" else kept
+        if mode != "replicate" and grow > limit:
+            rule = "less than" if mode == "reflect" else "at most"
+            raise MlxnetError(f"pad2d: {said} are too wide to {mode}-pad a {h}×{w} map: each pad must be "
+                              f"{rule} the {kept} {unit} it pads{cropped}")
     return pads
 
 
@@ -83,17 +142,28 @@ def _example() -> tuple[tuple, dict]:
 def _edge_examples() -> list[tuple[tuple, dict]]:
     return [((mx.array([[[1.0], [2.0]], [[3.0], [4.0]]]),), {"pads": (1, 0, 1, 1), "mode": "symmetric"}),
             ((mx.random.normal((3, 4, 2)),), {"pads": (2, 1, 1, 1), "mode": "reflect"}),
-            ((mx.zeros((0, 3, 3, 2)),), {"pads": (1, 1, 1, 1), "mode": "reflect"})]
+            ((mx.random.normal((2, 3, 5, 3)),), {"pads": (-1, 3, 2, -2), "mode": "replicate"}),
+            ((mx.random.normal((1, 3, 4, 1)),), {"pads": (1, 1, -1, -2), "mode": "reflect"}),
+            ((mx.zeros((0, 3, 3, 2)),), {"pads": (1, 1, 1, 1), "mode": "reflect"}),
+            ((mx.zeros((0, 3, 3, 2)),), {"pads": (2, -1, 4, 0), "mode": "replicate"})]
 
 
 @register("pad2d", kernel=_kernel, sources=(PAD,), example=_example, edge_examples=_edge_examples)
-def pad2d(x: mx.array, pads: tuple[int, int, int, int], mode: str = "reflect") -> mx.array:
-    """Pad the H, W axes of NHWC (or HWC) ``x`` by ``pads = (top, bottom, left, right)``; the
-    definition is one gather, so the padded map is the only new buffer."""
-    top, bottom, left, right = _check(x, pads, mode)
-    if not (top or bottom or left or right):
+def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = None) -> mx.array:
+    """Pad the H, W axes of ``x`` (..., H, W, C) by ``pads = (top, bottom, left, right)``, as
+    ``F.pad(x, (left, right, top, bottom), mode, value)`` pads NCHW maps; negative pads crop.
+    ``value`` (default 0) fills for mode 'constant'. Each mode is one gather (or MLX's pad), so
+    the output is the only new buffer."""
+    pads = _check(x, pads, mode, value)
+    top, bottom, left, right = pads
+    if not any(pads):
         return x
     h, w = x.shape[-3:-1]
+    if mode == "constant":
+        (row0, kh), (col0, kw) = _kept(h, top, bottom), _kept(w, left, right)
+        widths = [(max(top, 0), max(bottom, 0)), (max(left, 0), max(right, 0)), (0, 0)]
+        return mx.pad(x[..., row0:row0 + kh, col0:col0 + kw, :], [(0, 0)] * (x.ndim - 3) + widths,
+                      constant_values=0 if value is None else value)
     index = _pad_index(h, w, top, bottom, left, right, mode)
     lead, c = x.shape[:-3], x.shape[-1]
     flat = mx.take(x.reshape(*lead, h * w, c), index, axis=-2)

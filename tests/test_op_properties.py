@@ -1,0 +1,274 @@
+"""Property tests of every registered op: each fast face agrees with the definition, and the
+definition with PyTorch, forward and backward, on drawn shapes, arguments, dtypes, layouts and
+extreme values; every face refuses exactly what the definition refuses.
+
+The default run is derandomized (the same examples every run, within the time budget); the
+longer sweep draws fresh ones: ``HYPOTHESIS_PROFILE=sweep python -m pytest tests/test_op_properties.py``.
+"""
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mlxnet
+from mlxnet import ops
+from op_cases import CASES, Case, t
+
+settings.register_profile("default", max_examples=25, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("sweep", max_examples=int(os.environ.get("MLXNET_SWEEP_EXAMPLES", "400")), deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Relative tolerance of a face against the definition, and of the definition against PyTorch
+# (float64) on the same rounded inputs, by the dtype the op computes its output in.
+FACE_TOL = {mx.float32: 2e-5, mx.float16: 4e-3, mx.bfloat16: 3e-2}
+TORCH_TOL = {mx.float32: 1e-4, mx.float16: 4e-3, mx.bfloat16: 3e-2}
+
+
+def leaves(out) -> list[mx.array]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def assert_agree(actual, expected, tol: float, what: str) -> None:
+    """Same NaN positions, same infinities, finite values within ``tol`` of the larger of 1
+    and the expected output's finite magnitude."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    assert (np.isnan(a) == np.isnan(e)).all(), f"{what}: NaN at {np.argwhere(np.isnan(a) != np.isnan(e))[:4].tolist()}"
+    inf = np.isinf(e) | np.isinf(a)
+    assert (a[inf] == e[inf]).all(), f"{what}: infinities differ: {a[inf][:4]} vs {e[inf][:4]}"
+    finite = np.isfinite(e) & np.isfinite(a)
+    scale = max(1.0, float(np.abs(e[finite]).max(initial=0)))
+    err = np.abs(a[finite] - e[finite])
+    assert (err <= tol * scale).all(), f"{what}: max error {err.max():.3g} > {tol * scale:.3g}"
+
+
+def float_positions(case: Case) -> list[int]:
+    return [i for i, a in enumerate(case.args)
+            if isinstance(a, mx.array) and mx.issubdtype(a.dtype, mx.floating)]
+
+
+def cotangent(o: mx.array) -> mx.array:
+    return mx.cos(mx.arange(o.size, dtype=mx.float32) * 0.7).reshape(o.shape)
+
+
+def run(fn, case: Case) -> tuple[list[mx.array], list[mx.array]]:
+    """Outputs of ``fn(*case.args, **case.kwargs)`` and the gradients of a weighted sum of them
+    with respect to every floating input."""
+    outs = leaves(fn(*case.args, **case.kwargs))
+    positions = float_positions(case)
+    if not case.grads or not positions:
+        return outs, []
+
+    def loss(*xs):
+        full = list(case.args)
+        for i, x in zip(positions, xs):
+            full[i] = x
+        total = mx.array(0.0)
+        for o in leaves(fn(*full, **case.kwargs)):
+            if mx.issubdtype(o.dtype, mx.floating):
+                total = total + (o.astype(mx.float32) * cotangent(o)).sum()
+        return total
+    grads = mx.grad(loss, argnums=list(range(len(positions))))(*[case.args[i] for i in positions])
+    return outs, leaves(grads)
+
+
+def out_dtype(case: Case) -> mx.Dtype:
+    """The least precise floating dtype among the inputs (it sets the tolerance)."""
+    dtypes = [a.dtype for a in case.args if isinstance(a, mx.array) and mx.issubdtype(a.dtype, mx.floating)]
+    return max(dtypes, key=lambda d: FACE_TOL[d], default=mx.float32)
+
+
+def compare_faces(name: str, case: Case) -> None:
+    """The face the dispatcher picks on the current device against the definition."""
+    op = ops.get(name)
+    fast_out, fast_grads = run(op.dispatch, case)
+    with mlxnet.use_kernels(False):
+        def_out, def_grads = run(op.dispatch, case)
+    tol = FACE_TOL[out_dtype(case)]
+    for k, (f, d) in enumerate(zip(fast_out, def_out)):
+        assert f.dtype == d.dtype, f"{name} output {k}: dtype {f.dtype} != {d.dtype}"
+        assert_agree(np.array(f.astype(mx.float32) if mx.issubdtype(f.dtype, mx.floating) else f),
+                     np.array(d.astype(mx.float32) if mx.issubdtype(d.dtype, mx.floating) else d),
+                     tol, f"{name} ({op.face()}) output {k}")
+    for k, (f, d) in enumerate(zip(fast_grads, def_grads)):
+        assert_agree(np.array(f.astype(mx.float32)), np.array(d.astype(mx.float32)), 4 * tol,
+                     f"{name} ({op.face()}) gradient {k}")
+
+
+def compare_torch(name: str, case: Case) -> None:
+    """The definition against PyTorch in float64 on the same (rounded) inputs."""
+    op = ops.get(name)
+    with mlxnet.use_kernels(False):
+        outs, grads = run(op.dispatch, case)
+    inputs = [t(a) if isinstance(a, mx.array) else a for a in case.args]
+    positions = float_positions(case)
+    for i in positions:
+        inputs[i].requires_grad_(case.grads)
+    with torch.enable_grad():
+        ref = leaves(case.torch_fn(*[a for a in inputs if a is not None]))
+    tol = TORCH_TOL[out_dtype(case)]
+    for k, (o, r) in enumerate(zip(outs, ref)):
+        assert_agree(np.array(o.astype(mx.float32)), r.detach().numpy(), tol, f"{name} output {k} vs torch")
+    if case.grads and grads:
+        total = sum((r * torch.tensor(np.array(cotangent(o)), dtype=torch.float64)).sum()
+                    for o, r in zip(outs, ref))
+        if not total.requires_grad:
+            return
+        tgrads = torch.autograd.grad(total, [inputs[i] for i in positions], allow_unused=True)
+        for k, (g, tg) in enumerate(zip(grads, tgrads)):
+            want = np.zeros(g.shape) if tg is None else tg.numpy()
+            assert_agree(np.array(g.astype(mx.float32)), want, 8 * tol, f"{name} gradient {k} vs torch")
+
+
+def test_every_registered_op_has_a_property_strategy():
+    assert set(CASES) == set(ops.REGISTRY), "an op without a drawn-call strategy in tests/op_cases.py"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cpu_faces_equal_the_definition(name):
+    @given(case=CASES[name])
+    def check(case: Case) -> None:
+        with mlxnet.use_device("cpu"):
+            compare_faces(name, case)
+    check()
+
+
+TORCH_OPS = sorted(n for n in CASES if n not in ("nms", "dfl_decode", "max_unpool2d"))
+
+
+@pytest.mark.parametrize("name", TORCH_OPS)
+def test_definition_equals_torch(name):
+    @given(case=CASES[name])
+    def check(case: Case) -> None:
+        if case.torch_fn is None:
+            return
+        with mlxnet.use_device("cpu"):
+            compare_torch(name, case)
+    check()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_faces_equal_the_definition(gpu, name):
+    @given(case=CASES[name])
+    def check(case: Case) -> None:
+        compare_faces(name, case)
+    check()
+
+
+# ---- refusals: exactly what PyTorch refuses, by every face ----------------------------------
+
+def _outcome(call) -> tuple[str, object]:
+    try:
+        return "ok", call()
+    except mlxnet.MlxnetError as e:
+        assert "\n" not in str(e), f"error of several lines: {e}"
+        return "refused", str(e)
+
+
+def assert_refused_alike(name: str, args: tuple, kwargs: dict, torch_call) -> None:
+    """mlxnet refuses (MlxnetError, one line) exactly when PyTorch raises, and every face
+    agrees with the definition on refusing."""
+    try:
+        torch_call()
+        torch_ok = True
+    except (RuntimeError, ValueError, TypeError, IndexError):
+        torch_ok = False
+    op = ops.get(name)
+    fast = _outcome(lambda: mx.eval(op.dispatch(*args, **kwargs)))
+    with mlxnet.use_kernels(False):
+        definition = _outcome(lambda: mx.eval(op.dispatch(*args, **kwargs)))
+    assert fast[0] == definition[0], f"{name}: {op.face()} face {fast}, definition {definition}"
+    assert (definition[0] == "ok") == torch_ok, f"{name} {kwargs}: torch {'accepts' if torch_ok else 'refuses'}, mlxnet {definition}"
+
+
+def _spelled(v: int, spelling: str):
+    return {"int": v, "one": (v,), "pair": (v, v), "empty": ()}[spelling]
+
+
+spellings = st.sampled_from(("int", "one", "pair", "empty"))
+
+
+@given(data=st.data())
+def test_conv2d_refuses_what_torch_refuses(data):
+    c, o, groups = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)), data.draw(st.integers(0, 3))
+    k, size = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 5))
+    kwargs = {key: _spelled(data.draw(st.integers(lo, 3)), data.draw(spellings))
+              for key, lo in (("stride", -1), ("padding", -1), ("dilation", -1))}
+    if data.draw(st.booleans()):
+        kwargs["padding"] = data.draw(st.sampled_from(("same", "valid", "full")))
+    c_g = c // groups if groups and c % groups == 0 else c
+    x, w = mx.ones((1, size, size, c)), mx.ones((o, k, k, c_g))
+    tx, tw = torch.ones(1, c, size, size), torch.ones(o, c_g, k, k)
+    with mlxnet.use_device("cpu"):
+        assert_refused_alike("conv2d", (x, w), {**kwargs, "groups": groups},
+                             lambda: torch.nn.functional.conv2d(tx, tw, groups=groups, **kwargs))
+
+
+@given(data=st.data())
+def test_conv_transpose2d_refuses_what_torch_refuses(data):
+    c, o = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+    k, size = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))
+    kwargs = {key: _spelled(data.draw(st.integers(lo, 3)), data.draw(spellings))
+              for key, lo in (("stride", -1), ("padding", -1), ("output_padding", -1), ("dilation", -1))}
+    x, w = mx.ones((1, size, size, c)), mx.ones((o, k, k, c))
+    tx, tw = torch.ones(1, c, size, size), torch.ones(c, o, k, k)
+    with mlxnet.use_device("cpu"):
+        assert_refused_alike("conv_transpose2d", (x, w), kwargs,
+                             lambda: torch.nn.functional.conv_transpose2d(tx, tw, **kwargs))
+
+
+@given(shape=st.lists(st.integers(0, 3), max_size=3), axis=st.integers(-4, 3))
+def test_softmax_refuses_what_torch_refuses(shape, axis):
+    x = mx.ones(shape)
+    with mlxnet.use_device("cpu"):
+        assert_refused_alike("softmax", (x,), {"axis": axis},
+                             lambda: torch.softmax(torch.ones(shape), dim=axis))
+
+
+@given(approximate=st.sampled_from(("none", "tanh", "erf", "")))
+def test_gelu_refuses_what_torch_refuses(approximate):
+    with mlxnet.use_device("cpu"):
+        assert_refused_alike("gelu", (mx.ones((2, 3)),), {"approximate": approximate},
+                             lambda: torch.nn.functional.gelu(torch.ones(2, 3), approximate=approximate))
+
+
+@given(data=st.data())
+def test_attention_refuses_what_torch_refuses(data):
+    L, S, E, S2, E2 = (data.draw(st.integers(1, 4)) for _ in range(5))
+    p = data.draw(st.sampled_from((0.0, 0.5, 1.0, 1.5, -0.1)))
+    q, k, v = torch.ones(2, L, E), torch.ones(2, S, E2), torch.ones(2, S2, 3)
+    args = tuple(mx.array(a.numpy()) for a in (q, k, v))
+    with mlxnet.use_device("cpu"):
+        if not 0 <= p < 1:  # PyTorch's attention takes any p silently; mlxnet refuses, as F.dropout does
+            with pytest.raises(mlxnet.MlxnetError):
+                ops.scaled_dot_product_attention(*args, dropout_p=p)
+            return
+        assert_refused_alike("scaled_dot_product_attention", args, {"dropout_p": p},
+                             lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p))
+
+
+def test_float16_attention_is_as_accurate_as_torch():
+    """Scores formed in float16 lose what softmax amplifies: mlxnet's float16 attention must be
+    within 2× of PyTorch's float16 error against a float64 reference."""
+    rng = np.random.default_rng(0)
+    ours, theirs = [], []
+    for _ in range(10):
+        q, k, v = (rng.standard_normal((2, 4, 64, 32)) * 3 for _ in range(3))
+        want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v))).numpy()
+        half = torch.nn.functional.scaled_dot_product_attention(
+            *(torch.tensor(a, dtype=torch.float16) for a in (q, k, v))).double().numpy()
+        with mlxnet.use_device("cpu"):
+            got = ops.scaled_dot_product_attention(*(mx.array(a.astype(np.float16)) for a in (q, k, v)))
+        ours.append(np.abs(np.array(got.astype(mx.float32)) - want).max())
+        theirs.append(np.abs(half - want).max())
+    assert max(ours) <= 2 * max(theirs), f"float16 attention error {max(ours):.4g}, PyTorch's {max(theirs):.4g}"
