@@ -134,7 +134,12 @@ def _empty_safe(op: Op, args: tuple, params: dict) -> Any:
 
     @mx.custom_function
     def forward(*xs: mx.array) -> Any:
-        return op.definition(*rebuild(xs), **params)
+        out = op.definition(*rebuild(xs), **params)
+        # An empty output is made, not computed: its graph is built for the shape only and
+        # never evaluated (MLX's CUDA back end crashes on some ops of empty arrays).
+        if isinstance(out, (tuple, list)):
+            return type(out)(mx.zeros(o.shape, o.dtype) if o.size == 0 else o for o in out)
+        return mx.zeros(out.shape, out.dtype) if out.size == 0 else out
 
     @forward.vjp
     def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
