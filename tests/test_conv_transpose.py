@@ -181,7 +181,7 @@ def test_layers_match_torch_modules(nd):
     (lambda x, w: ops.conv_transpose2d(x, w, groups=3), r"groups must divide C_in=4 and C_out=6, got groups=3"),
     (lambda x, w: ops.conv_transpose2d(x, w, groups=2), r"weight's last axis must be C_in/groups=2, got weight shape \(6, 3, 3, 4\)"),
     (lambda x, w: ops.conv_transpose2d(x, w, mx.zeros((5,))), r"bias must have shape \(6,\), got \(5,\)"),
-    (lambda x, w: ops.conv_transpose2d(x, w, stride=(1, 2, 3)), r"stride must be an int or a pair of ints, got \(1, 2, 3\)"),
+    (lambda x, w: ops.conv_transpose2d(x, w, stride=(1, 2, 3)), r"stride must be an int, a 1-tuple or a pair of ints, got \(1, 2, 3\)"),
     (lambda x, w: ops.conv_transpose2d(x, w, padding=-1), r"padding >= 0"),
     (lambda x, w: ops.conv_transpose2d(x, w, padding=5), r"output size \(-3, -2\) is not positive"),
     (lambda x, w: ops.conv_transpose1d(x[:, 0], w[:, 0, :, :2]), r"weight's last axis must be C_in/groups=4, got weight shape \(6, 3, 2\)"),

@@ -308,6 +308,7 @@ def test_layers_match_torch_modules():
         (mlxnet.nn.MaxPool2d((2, 3), dilation=(2, 1)), torch.nn.MaxPool2d((2, 3), dilation=(2, 1))),
         (mlxnet.nn.AvgPool2d(3, 2, 1, count_include_pad=False),
          torch.nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+        (mlxnet.nn.AvgPool2d(3, 2, 1, divisor_override=5), torch.nn.AvgPool2d(3, 2, 1, divisor_override=5)),
         (mlxnet.nn.AdaptiveAvgPool2d((4, None)), torch.nn.AdaptiveAvgPool2d((4, None))),
         (mlxnet.nn.AdaptiveMaxPool2d(3), torch.nn.AdaptiveMaxPool2d(3)),
     ]
@@ -329,10 +330,10 @@ def test_layers_match_torch_modules():
 @pytest.mark.parametrize("call, message", [
     (lambda x: ops.max_pool2d(x, 3, 1, 2), r"padding should be at most half .*\(1\), got 2"),
     (lambda x: ops.avg_pool2d(x, 2, 1, 2), r"padding should be at most half"),
-    (lambda x: ops.max_pool2d(x[0], 2), r"expected a 4-D NHWC .* got shape \(5, 5, 2\)"),
+    (lambda x: ops.max_pool2d(x[0, 0], 2), r"expected a 4-D NHWC .* got shape \(5, 2\)"),
     (lambda x: ops.max_pool1d(x, 2), r"expected a 3-D NLC"),
     (lambda x: ops.max_pool2d(x, 7), r"too small for kernel 7"),
-    (lambda x: ops.max_pool2d(x, (2, 2, 2)), r"kernel_size must be an int or a pair"),
+    (lambda x: ops.max_pool2d(x, (2, 2, 2)), r"kernel_size must be an int, a 1-tuple or a pair"),
     (lambda x: ops.max_pool2d(x.astype(mx.int32), 2), r"expected a floating-point input"),
     (lambda x: ops.adaptive_avg_pool2d(x, (-1, 2)), r"output sizes must be ints >= 0"),
     (lambda x: ops.max_unpool2d(x, mx.zeros(x.shape, mx.int32), 2, output_size=(12, 10)),
@@ -360,6 +361,20 @@ def _gpu_cases():
         cases.append(("adaptive_max_pool2d", (2, h, w, 3), dict(output_size=size, return_indices=True)))
     cases += [("sppf_pool", (2, 11, 9, 4), {}), ("sppf_pool", (1, 20, 20, 96), {}),
               ("sppf_pool", (1, 3, 4, 5), {})]
+    # divisor_override through both avg kernels (int32-sized and not), PyTorch's 1-tuple and
+    # () spellings
+    cases += [("avg_pool2d", (2, 9, 11, 4), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                                 divisor_override=d)) for d in (5, -2, 2**40 + 12345)]
+    cases += [("avg_pool2d", (1, 9, 11, 4), dict(kernel_size=(3,), stride=(), padding=(1,))),
+              ("max_pool2d", (1, 9, 11, 4), dict(kernel_size=(3,), stride=[2], dilation=(2,),
+                                                 return_indices=True)),
+              ("max_pool1d", (2, 13, 5), dict(kernel_size=(3,), stride=(), padding=[1]))]
+    # Dilated windows that hold no input (they start in the padding and step over it all):
+    # -inf, index -1, no gradient on both faces
+    cases += [("max_pool1d", (2, 2, 3), dict(kernel_size=2, padding=1, dilation=3, ceil_mode=True,
+                                            return_indices=True)),
+              ("max_pool2d", (2, 2, 6, 3), dict(kernel_size=2, stride=(2, 1), padding=1,
+                                                dilation=(3, 1), ceil_mode=True))]
     return cases
 
 
@@ -406,6 +421,31 @@ def test_gpu_kernel_matches_reference(gpu, name, shape, kwargs):
 ], ids=lambda v: str(v).replace(" ", ""))
 def test_gpu_kernel_matches_reference_low_precision(gpu, name, shape, kwargs, dtype):
     _kernel_vs_reference(name, _x(shape, seed=21, dtype=dtype), kwargs, dtype)
+
+
+def _with_specials(shape, seed):
+    """Normal values with a fifth of them NaN or ±inf (several in most windows)."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape).astype(np.float32)
+    flat = a.reshape(-1)
+    at = rng.integers(0, flat.size, flat.size // 5)
+    flat[at] = rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32), at.size)
+    return mx.array(a)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, shape, kwargs", [
+    ("max_pool2d", (2, 9, 11, 4), dict(kernel_size=3, stride=2, padding=1, return_indices=True)),
+    ("max_pool2d", (2, 9, 11, 4), dict(kernel_size=(3, 2), stride=1, dilation=(1, 2), ceil_mode=True)),
+    ("max_pool1d", (2, 13, 4), dict(kernel_size=3, stride=2, padding=1, return_indices=True)),
+    ("adaptive_max_pool2d", (2, 10, 7, 4), dict(output_size=(3, 4), return_indices=True)),
+    ("adaptive_max_pool2d", (2, 10, 7, 4), dict(output_size=(4, 2))),
+    ("sppf_pool", (2, 11, 9, 4), {}),
+], ids=lambda v: str(v).replace(" ", ""))
+def test_gpu_max_kernels_propagate_nan_like_the_reference(gpu, name, shape, kwargs):
+    # NaN values, indices and the inputs that gradients reach: PyTorch's picks (the last NaN of a
+    # window, else its first maximum) on both faces.
+    _kernel_vs_reference(name, _with_specials(shape, 24), kwargs, mx.float32)
 
 
 @pytest.mark.gpu

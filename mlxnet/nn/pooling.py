@@ -57,9 +57,10 @@ class AvgPool1d(_Pool):
 class AvgPool2d(_Pool):
     def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                  padding: IntOrPair = 0, ceil_mode: bool = False,
-                 count_include_pad: bool = True) -> None:
+                 count_include_pad: bool = True, divisor_override: int | None = None) -> None:
         super().__init__(ops.avg_pool2d, kernel_size=kernel_size, stride=stride, padding=padding,
-                         ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+                         ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                         divisor_override=divisor_override)
 
 
 class AdaptiveAvgPool2d(_Pool):

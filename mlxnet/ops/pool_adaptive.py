@@ -54,7 +54,7 @@ def _avg_vjp(primals: list, cotangents: Any, outputs: Any, **params: Any) -> tup
     return (K.adaptive_avg_backward(_single(cotangents), primals[0]),)
 
 
-@register("adaptive_avg_pool2d", kernel=_avg_kernel, kernel_vjp=_avg_vjp,
+@register("adaptive_avg_pool2d", batched=4, kernel=_avg_kernel, kernel_vjp=_avg_vjp,
           sources=(K.ADAPTIVE_AVG,),
           example=lambda: ((_example(),), dict(output_size=(3, 4))),
           edge_examples=lambda: _edges(output_size=1))
@@ -93,7 +93,7 @@ def _max_vjp(primals: list, cotangents: Any, outputs: Any, **params: Any) -> tup
     return (K.adaptive_max_backward(indices, _single(cotangents), x),)
 
 
-@register("adaptive_max_pool2d", kernel=_max_kernel, kernel_vjp=_max_vjp,
+@register("adaptive_max_pool2d", batched=4, kernel=_max_kernel, kernel_vjp=_max_vjp,
           sources=(K.ADAPTIVE_MAX_INDICES,),
           example=lambda: ((_example(),), dict(output_size=(4, None), return_indices=True)),
           edge_examples=lambda: [((_example(),), dict(output_size=(3, 2)))] + _edges(output_size=(1, 2))

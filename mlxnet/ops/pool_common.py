@@ -6,8 +6,9 @@ ceil-mode overhang and ragged adaptive windows are just invalid slots). Windows 
 separably, rows then columns, one window slot at a time over strided slices of the padded
 input (fixed windows) or gathers (adaptive ones): vectorised over pixels, differentiable,
 and fast on the CPU. Max pooling picks
-the *first* maximum in (kh, kw) scan order, as PyTorch does, so the gradient goes to exactly
-one input (MLX's own ``max`` splits it between ties).
+the input PyTorch picks (the first maximum in (kh, kw) scan order, or the last NaN where the
+window has one), so the gradient goes to exactly one input (MLX's own ``max`` splits it
+between ties).
 """
 from __future__ import annotations
 
@@ -19,17 +20,40 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
-from .args import as_tuple
+from .args import as_flag, as_int, as_tuple, one_line
 
 IntOrPair = int | Sequence[int]
 
 
-def as_pair(value: IntOrPair, what: str, op: str) -> tuple[int, int]:
-    return as_tuple(value, 2, what, op)  # type: ignore[return-value]
+def as_pair(value: IntOrPair, what: str, op: str, default: tuple[int, int] | None = None,
+            one: bool = True) -> tuple[int, int]:
+    """PyTorch's 2-d pooling spelling (see :func:`.args.as_tuple`); ``default``: what ``()``
+    stands for (stride: the kernel size); ``one=False`` refuses 1-tuples (max_unpool2d)."""
+    return as_tuple(value, 2, what, op, default, one)  # type: ignore[return-value]
 
 
-def as_single(value: int | Sequence[int], what: str, op: str) -> int:
-    return as_tuple(value, 1, what, op)[0]
+def as_single(value: int | Sequence[int], what: str, op: str, default: int | None = None) -> int:
+    """PyTorch's 1-d pooling spelling: an int or a 1-tuple; with a ``default``, also ``()``."""
+    return as_tuple(value, 1, what, op, None if default is None else (default,))[0]
+
+
+def float32_parts(value: int) -> tuple[int, int]:
+    """(mantissa, shift) with float32(value) == mantissa * 2**shift exactly, |mantissa| < 2**24:
+    an int64 as C converts it to float (round to nearest even), in two int32 kernel params."""
+    magnitude = abs(value)
+    shift = max(0, magnitude.bit_length() - 24)
+    mantissa, rest = divmod(magnitude, 1 << shift)
+    half = (1 << shift) >> 1
+    if shift and (rest > half or (rest == half and mantissa & 1)):
+        mantissa += 1
+    if mantissa == 1 << 24:
+        mantissa, shift = mantissa >> 1, shift + 1
+    return (-mantissa if value < 0 else mantissa), shift
+
+
+def float32_value(value: int) -> np.float32:
+    mantissa, shift = float32_parts(value)
+    return np.float32(mantissa * 2.0**shift)
 
 
 def check_input(x: mx.array, ndim: int, layout: str, op: str, empty_channels: bool = False) -> None:
@@ -125,15 +149,26 @@ def adaptive_windows(size: int, out: int) -> Windows:
 
 
 def adaptive_sizes(shape: tuple[int, int], output_size: Any, op: str) -> tuple[int, int]:
-    """Output (oh, ow); an int means square, None keeps the input's size along that axis."""
-    sizes = (output_size, output_size) if output_size is None or isinstance(output_size, int) \
-        else tuple(output_size)
-    if len(sizes) != 2:
-        raise MlxnetError(f"{op}: output_size must be an int, None or a pair, got {output_size!r}")
-    out = tuple(s if o is None else o for s, o in zip(shape, sizes))
-    if not all(isinstance(o, int) and o >= 0 for o in out):
-        raise MlxnetError(f"{op}: output sizes must be ints >= 0 or None, got {output_size!r}")
-    return out  # type: ignore[return-value]
+    """Output (oh, ow): an int means square; a pair's None entries keep the input's size.
+
+    As PyTorch: a bare None, 1-tuples and bools are refused (its ``output_size`` is an int or
+    exactly two entries), and so are sizes a C int cannot hold.
+    """
+    kind = "an int or a pair of ints (None: the input's size)"
+    if isinstance(output_size, Sequence) and not isinstance(output_size, (str, bytes, bytearray)):
+        entries = tuple(output_size)
+        if len(entries) != 2:
+            raise MlxnetError(f"{op}: output_size must be {kind}, got {one_line(output_size)}")
+        sizes = tuple(s if o is None else as_int(o, "each output_size entry", op, 32)
+                      for s, o in zip(shape, entries))
+    else:
+        if output_size is None:
+            raise MlxnetError(f"{op}: output_size must be {kind}, got None")
+        size = as_int(output_size, "output_size", op, bits=32)
+        sizes = (size, size)
+    if min(sizes) < 0:
+        raise MlxnetError(f"{op}: output sizes must be ints >= 0 or None, got {one_line(output_size)}")
+    return sizes  # type: ignore[return-value]
 
 
 def _taps(x: mx.array, w: Windows, axis: int, fill: float) -> list[mx.array]:
@@ -166,16 +201,20 @@ def _taps(x: mx.array, w: Windows, axis: int, fill: float) -> list[mx.array]:
 
 
 def _argmax_index(x: mx.array, rows: Windows, cols: Windows) -> mx.array:
-    """(N, OH, OW, C) int32 index h*W + w of each window's first maximum in scan order.
+    """(N, OH, OW, C) int32 index h*W + w of the input PyTorch's max pooling picks in each
+    window: its loop over (kh, kw) takes a value greater than the best so far *or any NaN*,
+    so the pick is the window's last NaN in scan order if it has one, else its first maximum
+    (a window whose real inputs are all -inf points at its first real input).
 
-    Separable: the row stage keeps each column's max and its first row; the column stage
-    keeps, among the real columns that reach the window max, the smallest (row, column).
-    A NaN counts as +inf, so it wins (PyTorch propagates NaN); a window whose real inputs
-    are all -inf points at its first real input, as PyTorch's does.
+    Both are separable. First maximum (NaNs left out): the row stage keeps each column's max
+    and its first row; the column stage keeps, among the real columns that reach the window
+    max, the smallest (row, column). Last NaN: the largest scan position kh*KW + kw holding a
+    NaN, the row stage taking each column's last NaN row.
     """
     width, c = x.shape[2:]
     (oh, kh), (ow, kw) = rows.pos.shape, cols.pos.shape
-    key = mx.where(mx.isnan(x), mx.array(np.inf, x.dtype), x)
+    nan = mx.isnan(x)
+    key = mx.where(nan, mx.array(-np.inf, x.dtype), x)
     taps = _taps(key, rows, 1, -np.inf)
     row_max, row_arg = taps[0], mx.zeros(taps[0].shape, mx.int32)
     for k, t in enumerate(taps[1:], 1):
@@ -189,11 +228,31 @@ def _argmax_index(x: mx.array, rows: Windows, cols: Windows) -> mx.array:
         better = ((v > best) | ((v == best) & (r < best_row))) & mx.array(cols.valid[:, k, None])
         best, best_row, best_col = (mx.where(better, v, best), mx.where(better, r, best_row),
                                     mx.where(better, k, best_col))
+    # Padding, overhang and ragged slots are no NaN (filled with 0, then -1: no row).
+    nan_row = functools.reduce(mx.maximum, [mx.where(t > 0, k, -1) for k, t in
+                                            enumerate(_taps(nan.astype(mx.int32), rows, 1, 0))])
+    last_nan = functools.reduce(mx.maximum, [mx.where(r >= 0, r * kw + k, -1) for k, r in
+                                             enumerate(_taps(nan_row, cols, 2, -1))])
+    has_nan = last_nan >= 0
+    best_row = mx.where(has_nan, last_nan // kw, best_row)
+    best_col = mx.where(has_nan, last_nan % kw, best_col)
     h = mx.take(mx.array(rows.pos.reshape(-1).astype(np.int32)),
                 mx.arange(oh, dtype=mx.int32)[:, None, None] * kh + best_row)
     w = mx.take(mx.array(cols.pos.reshape(-1).astype(np.int32)),
                 mx.arange(ow, dtype=mx.int32)[:, None] * kw + best_col)
     return mx.stop_gradient(h * width + w)
+
+
+def _empty_windows(rows: Windows, cols: Windows) -> np.ndarray | None:
+    """(OH, OW, 1) mask of the windows that hold no real input, or None if there are none.
+
+    A dilated window can: it may start in the left padding and step over the whole input
+    (kernel 2, dilation 3, padding 1 over a length of 1 or 2, with ceil_mode). Its max is
+    -inf and it picks nothing: index -1, no gradient (as the GPU kernels do; PyTorch returns
+    -inf with an index past the input, and its backward then writes out of bounds).
+    """
+    empty = ~rows.valid.any(1)[:, None] | ~cols.valid.any(1)[None, :]
+    return empty[:, :, None] if empty.any() else None
 
 
 def _gather(x: mx.array, index: mx.array) -> mx.array:
@@ -207,12 +266,22 @@ def window_max(x: mx.array, rows: Windows, cols: Windows, return_indices: bool) 
     """Max over each (row window × column window) of NHWC ``x``; indices are h*W + w (int32).
 
     Values are a separable max over the window slots (NaN-propagating, like PyTorch). The
-    gradient goes to each window's *first* maximum, as in PyTorch (MLX's own ``max`` would
-    split it between ties): a custom vjp finds that index only when a gradient is asked for.
+    gradient goes to the one input PyTorch picks (:func:`_argmax_index`; MLX's own ``max``
+    would split it between ties): a custom vjp finds that index only when a gradient is asked
+    for. A window with no real input is -inf with index -1 (:func:`_empty_windows`).
     """
-    if return_indices:
+    empty = _empty_windows(rows, cols)
+
+    def picked(x: mx.array) -> tuple[mx.array, mx.array]:
         index = _argmax_index(x, rows, cols)
-        return _gather(x, index), index
+        if empty is None:
+            return _gather(x, index), index
+        none = mx.array(empty)
+        value = _gather(x, mx.where(none, 0, index))
+        return mx.where(none, mx.array(-np.inf, x.dtype), value), mx.where(none, -1, index)
+
+    if return_indices:
+        return picked(x)
 
     @mx.custom_function
     def values(x: mx.array) -> mx.array:
@@ -220,9 +289,8 @@ def window_max(x: mx.array, rows: Windows, cols: Windows, return_indices: bool) 
         return functools.reduce(mx.maximum, _taps(r, cols, 2, -np.inf))
 
     @values.vjp
-    def to_first_max(x: mx.array, cotangent: mx.array, _: mx.array) -> mx.array:
-        index = _argmax_index(x, rows, cols)
-        return mx.vjp(lambda x: _gather(x, index), [x], [cotangent])[1][0]
+    def to_picked(x: mx.array, cotangent: mx.array, _: mx.array) -> mx.array:
+        return mx.vjp(lambda x: picked(x)[0], [x], [cotangent])[1][0]
 
     return values(x)
 

@@ -18,7 +18,7 @@ import mlx.core as mx
 
 from ..errors import MlxnetError
 from .kernel_source import PortableKernel, launch_nhwc
-from .pool_common import Axis
+from .pool_common import Axis, float32_parts
 
 _FIXED = "pool.kern"
 _ADAPTIVE = "pool_adaptive.kern"
@@ -55,10 +55,17 @@ def _launch(kernel: PortableKernel, inputs: Sequence[mx.array], params: Sequence
     return outs
 
 
-def _fixed_params(shape: Sequence[int], rows: Axis, cols: Axis, count_pad: bool = False) -> list[int]:
+_NO_OVERRIDE = [0, 0]  # divisor_override's (mantissa, shift) params: a zero mantissa is none
+
+
+def _fixed_params(shape: Sequence[int], rows: Axis, cols: Axis, count_pad: bool = False,
+                  divisor_override: int | None = None) -> list[int]:
+    """pool.kern's 15 params. divisor_override is any nonzero int64 but only its float32 value
+    counts, so it travels as a 24-bit mantissa and a power-of-two shift (two int32s)."""
     n, h, w, c = shape
+    override = _NO_OVERRIDE if divisor_override is None else list(float32_parts(divisor_override))
     return [n, h, w, c, rows.out, cols.out, rows.stride, cols.stride, rows.padding, cols.padding,
-            rows.dilation, cols.dilation, int(count_pad)]
+            rows.dilation, cols.dilation, int(count_pad)] + override
 
 
 def _out_shape(shape: Sequence[int], oh: int, ow: int) -> tuple[int, int, int, int]:
@@ -81,17 +88,20 @@ def max_backward(indices: mx.array, g: mx.array, x: mx.array, rows: Axis, cols: 
     return dx
 
 
-def avg_forward(x: mx.array, rows: Axis, cols: Axis, count_include_pad: bool) -> mx.array:
+def avg_forward(x: mx.array, rows: Axis, cols: Axis, count_include_pad: bool,
+                divisor_override: int | None = None) -> mx.array:
     shape = _out_shape(x.shape, rows.out, cols.out)
-    (out,) = _launch(AVG, [x], _fixed_params(x.shape, rows, cols, count_include_pad),
+    params = _fixed_params(x.shape, rows, cols, count_include_pad, divisor_override)
+    (out,) = _launch(AVG, [x], params,
                      [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], shape,
                      [shape], [x.dtype])
     return out
 
 
-def avg_backward(g: mx.array, x: mx.array, rows: Axis, cols: Axis,
-                 count_include_pad: bool) -> mx.array:
-    (dx,) = _launch(AVG_GRAD, [g.astype(x.dtype)], _fixed_params(x.shape, rows, cols, count_include_pad),
+def avg_backward(g: mx.array, x: mx.array, rows: Axis, cols: Axis, count_include_pad: bool,
+                 divisor_override: int | None = None) -> mx.array:
+    params = _fixed_params(x.shape, rows, cols, count_include_pad, divisor_override)
+    (dx,) = _launch(AVG_GRAD, [g.astype(x.dtype)], params,
                     [("T", x.dtype), ("KH", rows.kernel), ("KW", cols.kernel)], x.shape,
                     [x.shape], [x.dtype])
     return dx
@@ -99,7 +109,7 @@ def avg_backward(g: mx.array, x: mx.array, rows: Axis, cols: Axis,
 
 def _unpool_params(x: mx.array, oh: int, ow: int) -> list[int]:
     n, h, w, c = x.shape
-    return [n, h, w, c, oh, ow] + [1] * 6 + [0]
+    return [n, h, w, c, oh, ow] + [1] * 6 + [0] + _NO_OVERRIDE
 
 
 def unpool_forward(x: mx.array, indices: mx.array, oh: int, ow: int) -> mx.array:
@@ -123,7 +133,7 @@ def sppf_forward(x: mx.array) -> list[mx.array]:
     """The 5x5, 9x9 and 13x13 stride-1 'same' max pools of NHWC x in one pass."""
     n, h, w, c = x.shape
     strips = (n, -(-h // _SPPF_STRIP), w, c)
-    return _launch(SPPF, [x], list(x.shape) + [0] * 9, [("T", x.dtype), ("TH", _SPPF_STRIP)],
+    return _launch(SPPF, [x], list(x.shape) + [0] * 11, [("T", x.dtype), ("TH", _SPPF_STRIP)],
                    strips, [x.shape] * 3, [x.dtype] * 3)
 
 

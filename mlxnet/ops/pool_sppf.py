@@ -42,7 +42,7 @@ def _vjp(primals: list, cotangents: Any, outputs: Any) -> tuple:
     return (grad,)
 
 
-@register("sppf_pool", kernel=_kernel, kernel_vjp=_vjp, sources=(K.SPPF,),
+@register("sppf_pool", batched=4, kernel=_kernel, kernel_vjp=_vjp, sources=(K.SPPF,),
           example=lambda: ((mx.random.normal((2, 8, 9, 6), key=mx.random.key(12)),), {}),
           edge_examples=lambda: [((mx.array([[[[1.0], [2.0]]]]),), {}),
                                  ((mx.zeros((0, 2, 2, 1)),), {})])
