@@ -4,14 +4,12 @@ from __future__ import annotations
 import mlx.core as mx
 
 from ..errors import MlxnetError
-from .registry import register
+from .registry import DEFINITION_VJP, register
 
 def _layer_norm_fast(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
                      *, eps: float = 1e-5) -> mx.array:
     # MLX's fused layer norm (float32 statistics, as the definition): measured faster on the
     # GPU than mlxnet's own row kernel, which it replaced (SAM-tiny's encoder 8.7 → 7.6 ms, H200).
-    if weight is None:  # MLX 0.32's CUDA layer norm without a weight has a wrong gradient
-        weight = mx.ones(x.shape[-1:], x.dtype)
     return mx.fast.layer_norm(x, weight, bias, eps)
 
 
@@ -41,7 +39,9 @@ def _layer_norm_check(x: mx.array, weight: mx.array | None = None, bias: mx.arra
     return (x, weight, bias), {"eps": float(eps)}
 
 
-@register("layer_norm", kernel=_layer_norm_fast, check=_layer_norm_check,
+# MLX 0.32's CUDA layer norm has wrong gradients for some widths (docs/performance-notes.md,
+# "Known MLX defects"): its forward, with the definition's gradient.
+@register("layer_norm", kernel=_layer_norm_fast, kernel_vjp=DEFINITION_VJP, check=_layer_norm_check,
           example=_layer_norm_example, edge_examples=_layer_norm_edges)
 def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
                *, eps: float = 1e-5) -> mx.array:

@@ -75,6 +75,10 @@ class Op:
 
 REGISTRY: dict[str, Op] = {}
 
+# ``kernel_vjp=DEFINITION_VJP``: the kernel's forward with the gradient of the definition (for a
+# built-in whose own gradient is wrong on some back end).
+DEFINITION_VJP: OpFn = object()  # type: ignore[assignment]
+
 # ``kernel=FUSED``: the GPU face is the definition under ``mx.compile``, one fused kernel for an
 # elementwise definition, which a compiled model forward fuses further with its neighbours.
 FUSED: OpFn = object()  # type: ignore[assignment]
@@ -106,7 +110,7 @@ def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
     @forward.vjp
     def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
         primals = _as_tuple(primals)  # MLX passes a lone input bare, not as a 1-tuple
-        if op.kernel_vjp is not None:
+        if op.kernel_vjp is not None and op.kernel_vjp is not DEFINITION_VJP:
             return _as_tuple(op.kernel_vjp(rebuild(primals), cotangents, outputs, **params))
         cots = list(_as_tuple(cotangents))
         _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.definition(*rebuild(xs), **params))),
