@@ -1,12 +1,24 @@
 """Shared test setup: GPU-marked tests run only where MLX sees a Metal or CUDA GPU."""
 from __future__ import annotations
 
+import os
+
 import mlxnet  # first: on Linux it binds OpenBLAS before mlx.core loads
 
 import mlx.core as mx  # noqa: E402
 import pytest  # noqa: E402
 
 from mlxnet.device import gpu_backend  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Property tests: the default run replays the same examples every time and writes no example
+# database; HYPOTHESIS_PROFILE=sweep draws fresh ones (MLXNET_SWEEP_EXAMPLES per test).
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("default", max_examples=25, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=_QUIET)
+settings.register_profile("sweep", max_examples=int(os.environ.get("MLXNET_SWEEP_EXAMPLES", "400")),
+                          deadline=None, database=None, print_blob=True, suppress_health_check=_QUIET)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 HAS_GPU = gpu_backend() is not None
 
@@ -14,7 +26,7 @@ HAS_GPU = gpu_backend() is not None
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_GPU:
         return
-    skip = pytest.mark.skip(reason="needs a Metal or CUDA GPU (run on the GPU machine or a Mac)")
+    skip = pytest.mark.skip(reason="needs a Metal or CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

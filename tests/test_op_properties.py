@@ -13,18 +13,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import mlxnet
 from mlxnet import ops
 from op_cases import CASES, Case, t
-
-settings.register_profile("default", max_examples=25, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("sweep", max_examples=int(os.environ.get("MLXNET_SWEEP_EXAMPLES", "400")), deadline=None, database=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+from testutil import assert_agree
 
 # Relative tolerance of a face against the definition, and of the definition against PyTorch
 # (float64) on the same rounded inputs, by the dtype the op computes its output in.
@@ -36,21 +31,6 @@ TORCH_TOL = {mx.float32: 1e-4, mx.float16: 4e-3, mx.bfloat16: 3e-2}
 
 def leaves(out) -> list[mx.array]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def assert_agree(actual, expected, tol: float, what: str) -> None:
-    """Same NaN positions, same infinities, finite values within ``tol`` of the larger of 1
-    and the expected output's finite magnitude."""
-    a = np.asarray(actual, dtype=np.float64)
-    e = np.asarray(expected, dtype=np.float64)
-    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
-    assert (np.isnan(a) == np.isnan(e)).all(), f"{what}: NaN at {np.argwhere(np.isnan(a) != np.isnan(e))[:4].tolist()}"
-    inf = np.isinf(e) | np.isinf(a)
-    assert (a[inf] == e[inf]).all(), f"{what}: infinities differ: {a[inf][:4]} vs {e[inf][:4]}"
-    finite = np.isfinite(e) & np.isfinite(a)
-    scale = max(1.0, float(np.abs(e[finite]).max(initial=0)))
-    err = np.abs(a[finite] - e[finite])
-    assert (err <= tol * scale).all(), f"{what}: max error {err.max():.3g} > {tol * scale:.3g}"
 
 
 def float_positions(case: Case) -> list[int]:

@@ -33,6 +33,7 @@ import mlxnet
 from mlxnet import ops
 from mlxnet.ops import kernel_source
 from mlxnet.ops.pool_common import float32_value
+from testutil import assert_agree
 
 _SWEEP = os.environ.get("HYPOTHESIS_PROFILE") == "sweep"
 
@@ -210,23 +211,6 @@ def _note(what: str) -> None:
     """A statistic for ``--hypothesis-show-statistics`` (in drawn tests only)."""
     if currently_in_test_context():
         event(what)
-
-
-def assert_agree(actual: Any, expected: Any, tol: float, what: str) -> None:
-    """Same shape, NaN in the same places, the same infinities, finite values within ``tol``
-    of the larger of 1 and the expected output's finite magnitude."""
-    a = np.asarray(np.array(actual.astype(mx.float32)) if isinstance(actual, mx.array) else actual,
-                   dtype=np.float64)
-    e = np.asarray(expected, dtype=np.float64)
-    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
-    nan = np.isnan(a) != np.isnan(e)
-    assert not nan.any(), f"{what}: NaN differs at {np.argwhere(nan)[:4].tolist()}"
-    inf = np.isinf(a) | np.isinf(e)
-    assert (a[inf] == e[inf]).all(), f"{what}: infinities differ: {a[inf][:4]} vs {e[inf][:4]}"
-    finite = np.isfinite(a) & np.isfinite(e)
-    scale = max(1.0, float(np.abs(e[finite]).max(initial=0)))
-    err = np.abs(a[finite] - e[finite])
-    assert (err <= tol * scale).all(), f"{what}: max error {err.max():.3g} > {tol * scale:.3g}"
 
 
 def compare(mlx_fn: Any, torch_fn: Any, x: mx.array, args: tuple = (), kwargs: dict | None = None,

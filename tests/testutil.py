@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -20,6 +21,23 @@ def assert_close(actual: mx.array, expected, dtype=mx.float32, scale: float = 1.
     assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
     tol = TOLERANCE[dtype] * scale
     np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, float(np.abs(e).max(initial=0))))
+
+
+def assert_agree(actual: Any, expected: Any, tol: float, what: str) -> None:
+    """Same shape, NaN in the same places, the same infinities, finite values within ``tol``
+    of the larger of 1 and the expected output's finite magnitude."""
+    a = np.asarray(np.array(actual.astype(mx.float32)) if isinstance(actual, mx.array) else actual,
+                   dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    nan = np.isnan(a) != np.isnan(e)
+    assert not nan.any(), f"{what}: NaN differs at {np.argwhere(nan)[:4].tolist()}"
+    inf = np.isinf(a) | np.isinf(e)
+    assert (a[inf] == e[inf]).all(), f"{what}: infinities differ: {a[inf][:4]} vs {e[inf][:4]}"
+    finite = np.isfinite(a) & np.isfinite(e)
+    scale = max(1.0, float(np.abs(e[finite]).max(initial=0)))
+    err = np.abs(a[finite] - e[finite])
+    assert (err <= tol * scale).all(), f"{what}: max error {err.max():.3g} > {tol * scale:.3g}"
 
 
 def save_ultralytics_pt(path: Path, state: dict[str, np.ndarray], *, yaml: dict | None = None,

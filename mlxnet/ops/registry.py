@@ -93,8 +93,10 @@ def _split(args: tuple) -> tuple[list[int], list[mx.array]]:
     return positions, [args[i] for i in positions]
 
 
-def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
-    """Run op.kernel under mx.custom_function over the array positional arguments."""
+def _custom_call(args: tuple, forward: Callable[[list], Any],
+                 backward: Callable[[list, Any, Any], tuple]) -> Any:
+    """``forward(full_args)`` under mx.custom_function over the array positional arguments, with
+    ``backward(full_primals, cotangents, outputs)`` as its VJP."""
     positions, arrays = _split(args)
 
     def rebuild(xs: tuple) -> list:
@@ -104,20 +106,37 @@ def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
         return full
 
     @mx.custom_function
-    def forward(*xs: mx.array) -> Any:
-        return op.kernel(*rebuild(xs), **params)
+    def call(*xs: mx.array) -> Any:
+        return forward(rebuild(xs))
 
-    @forward.vjp
-    def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
-        primals = _as_tuple(primals)  # MLX passes a lone input bare, not as a 1-tuple
+    @call.vjp
+    def vjp(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
+        # MLX passes a lone input bare, not as a 1-tuple
+        return backward(rebuild(_as_tuple(primals)), cotangents, outputs)
+
+    return call(*arrays)
+
+
+def _definition_vjp(op: Op, full: list, cotangents: Any, params: dict) -> tuple:
+    positions, primals = _split(tuple(full))
+
+    def f(*xs: mx.array) -> list:
+        args = list(full)
+        for i, x in zip(positions, xs):
+            args[i] = x
+        return list(_as_tuple(op.definition(*args, **params)))
+    return tuple(mx.vjp(f, primals, list(_as_tuple(cotangents)))[1])
+
+
+def _differentiable_kernel_call(op: Op, args: tuple, params: dict) -> Any:
+    """Run op.kernel under mx.custom_function: gradients through the op's backward kernel, else
+    through autodiff of the definition."""
+    def backward(full: list, cotangents: Any, outputs: Any) -> tuple:
         if op.kernel_vjp is not None and op.kernel_vjp is not DEFINITION_VJP:
-            return _as_tuple(op.kernel_vjp(rebuild(primals), cotangents, outputs, **params))
-        cots = list(_as_tuple(cotangents))
-        _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.definition(*rebuild(xs), **params))),
-                          list(primals), cots)
-        return tuple(grads)
+            return _as_tuple(op.kernel_vjp(full, cotangents, outputs, **params))
+        return _definition_vjp(op, full, cotangents, params)
 
-    return forward(*arrays)
+    return _custom_call(args, lambda full: op.kernel(*full, **params), backward)
 
 
 def _is_empty(args: tuple) -> bool:
@@ -128,33 +147,20 @@ def _empty_safe(op: Op, args: tuple, params: dict) -> Any:
     """The definition, for a call with an empty input. Where every output is empty too, the
     gradient of every input is zero (MLX's own VJPs of some ops on empty arrays crash or hang:
     docs/performance-notes.md, "Known MLX defects"); otherwise autodiff of the definition."""
-    positions, arrays = _split(args)
-
-    def rebuild(xs: tuple) -> list:
-        full = list(args)
-        for i, x in zip(positions, xs):
-            full[i] = x
-        return full
-
-    @mx.custom_function
-    def forward(*xs: mx.array) -> Any:
-        out = op.definition(*rebuild(xs), **params)
+    def forward(full: list) -> Any:
+        out = op.definition(*full, **params)
         # An empty output is made, not computed: its graph is built for the shape only and
         # never evaluated (MLX's CUDA back end crashes on some ops of empty arrays).
         if isinstance(out, (tuple, list)):
             return type(out)(mx.zeros(o.shape, o.dtype) if o.size == 0 else o for o in out)
         return mx.zeros(out.shape, out.dtype) if out.size == 0 else out
 
-    @forward.vjp
-    def backward(primals: tuple, cotangents: Any, outputs: Any) -> tuple:
-        primals = _as_tuple(primals)
+    def backward(full: list, cotangents: Any, outputs: Any) -> tuple:
         if all(o.size == 0 for o in _as_tuple(outputs)):
-            return tuple(mx.zeros_like(p) for p in primals)
-        _, grads = mx.vjp(lambda *xs: list(_as_tuple(op.definition(*rebuild(xs), **params))),
-                          list(primals), list(_as_tuple(cotangents)))
-        return tuple(grads)
+            return tuple(mx.zeros_like(a) for a in full if isinstance(a, mx.array))
+        return _definition_vjp(op, full, cotangents, params)
 
-    return forward(*arrays)
+    return _custom_call(args, forward, backward)
 
 
 def _one_sample(op: Op, args: tuple, params: dict) -> Any:
