@@ -13,9 +13,9 @@ random weights (speed does not depend on the values). Float32 runs as each libra
 (MLX's CUDA GEMMs use TF32; PyTorch's convolutions do, its matmuls do not); the header says
 which. Entries are plain functions in ENTRIES; a model family adds one.
 
-On the GPU machine the references come with the script: ``scripts/yolo_torch.py`` and
+The PyTorch references come with the script: ``scripts/yolo_torch.py`` and
 ``scripts/lama_torch.py`` are plain-torch twins; MobileSAM's modules are read from ``.ref-sam/``
-(carry it, see README "Development"); ultralytics and torchvision are used where installed.
+(see scripts/sam_reference.py); ultralytics and torchvision are used where installed.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Golden outputs for the ResNet port, from torchvision's reference implementation.
 
-Runs where torchvision imports (the GPU machine's CPU here):  python scripts/golden_resnet.py OUTDIR
+Runs where torchvision imports:  python scripts/golden_resnet.py OUTDIR
 Weights come from mlxnet/weights/seeded.py (same seed in the tests), so the fixture holds only
 the input and the reference logits. Also writes ImageNet-1k class names from torchvision's metadata.
 """

@@ -1,6 +1,6 @@
 """Golden outputs for the SAM-tiny port, from MobileSAM's own code (github ChaoningZhang/MobileSAM).
 
-Runs where torch and torchvision import (the GPU machine's CPU here), with MobileSAM's ``mobile_sam``
+Runs where torch and torchvision import, with MobileSAM's ``mobile_sam``
 package copied into ``.ref-sam/`` (git-ignored; never committed; see scripts/sam_reference.py):
 
     python scripts/golden_sam.py OUTDIR

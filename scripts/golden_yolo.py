@@ -1,7 +1,6 @@
 """Golden outputs for the YOLOv8 port, from ultralytics itself (DetectionModel, predictor, NMS).
 
-Runs where ultralytics imports (it needs torchvision; here: the GPU machine's CPU, with the
-ultralytics wheel installed into a private folder on PYTHONPATH):
+Runs where ultralytics imports (it needs a torchvision that matches the installed torch):
 
     python scripts/golden_yolo.py OUTDIR
 

@@ -26,7 +26,7 @@ def metal_sources() -> dict[str, tuple[str, kernel_source.Launch]]:
         sources.setdefault(launch.metal_source(), (op, launch))
     return sources
 
-# The GPU machine has no libclang; everywhere the test extra is installed (CI) it runs.
+# Needs libclang (the test extra installs it); skipped where it is missing.
 needs_clang = pytest.mark.skipif(importlib.util.find_spec("clang") is None,
                                  reason="libclang is not installed (pip install -e '.[test]')")
 _PARAM = re.compile(r"const (constant|device) (\w+)(\*|&) (\w+) \[\[buffer")

@@ -35,7 +35,7 @@ GPU_FP32 = 2e-2  # TF32 gemms/convolutions on CUDA
 
 
 def fp32() -> float:
-    """The float32 tolerance for the device in force (these tests also run on GPU machines)."""
+    """The float32 tolerance for the device in force (these tests also run on GPUs)."""
     return FP32 if mlxnet.backend() == "cpu" else GPU_FP32
 SR, SC = META["lowres_stride"]
 
