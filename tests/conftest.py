@@ -17,7 +17,8 @@ _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("default", max_examples=25, deadline=None, derandomize=True, database=None,
                           suppress_health_check=_QUIET)
 settings.register_profile("sweep", max_examples=int(os.environ.get("MLXNET_SWEEP_EXAMPLES", "400")),
-                          deadline=None, database=None, print_blob=True, suppress_health_check=_QUIET)
+                          deadline=None, derandomize=False, database=None, print_blob=True,
+                          suppress_health_check=_QUIET)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 HAS_GPU = gpu_backend() is not None
