@@ -7,7 +7,7 @@ the call, and where PyTorch has the same op, the same call in PyTorch (NCHW, flo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import mlx.core as mx
@@ -27,16 +27,15 @@ class Case:
     # The same call in PyTorch, on float64 tensors made from ``args``' arrays (in order),
     # returning the output in mlxnet's layout; None where PyTorch has no such op.
     torch_fn: Callable[..., Any] | None = None
-    # Planted specials: compare forward values only where they make gradients meaningless.
+    # Whether the call has gradients to compare (nms: indices only).
     grads: bool = True
     # Widens the PyTorch tolerance for ill-conditioned draws (float32 rounding of the input
     # itself is amplified; PyTorch's float32 result moves as much)
     conditioning: float = 1.0
-    note: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         shapes = [(tuple(a.shape), str(a.dtype)) if isinstance(a, mx.array) else a for a in self.args]
-        return f"Case(args={shapes}, kwargs={self.kwargs}, {self.note})"
+        return f"Case(args={shapes}, kwargs={self.kwargs})"
 
 
 def _layout(a: np.ndarray, layout: str, dtype: mx.Dtype) -> mx.array:
