@@ -10,7 +10,8 @@ from ..errors import MlxnetError
 
 IntOrTuple = int | Sequence[int]
 
-_INT32 = 2**31  # PyTorch converts pooling sizes to C ints and refuses what overflows one; MLX's sizes are int32
+# PyTorch converts pooling sizes to C ints and refuses what overflows one; MLX sizes are int32
+_INT32 = 2**31
 
 
 def one_line(value: Any) -> str:

@@ -16,8 +16,9 @@ validation and canonical spelling, in one place, so every face refuses exactly w
 definition refuses), adds the batch axis to an unbatched sample (``batched``), and sends
 calls with an empty input to the definition under a guard (``_empty_safe``) so no empty
 array reaches a fast face or MLX's gradients of empty arrays. Then it reads the live back
-end and picks the fast face for it, if the op has one. ``MLXNET_KERNELS=0`` or ``with mlxnet.use_kernels(False)`` turns every fast face
-off: each op runs its definition (what ``mlxnet check`` compares against).
+end and picks the fast face for it, if the op has one. ``MLXNET_KERNELS=0`` or
+``with mlxnet.use_kernels(False)`` turns every fast face off: each op runs its definition
+(what ``mlxnet check`` compares against).
 """
 from __future__ import annotations
 
