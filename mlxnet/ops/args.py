@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,11 @@ def as_tuple(value: IntOrTuple, n: int, what: str = "argument", op: str = "op",
     """PyTorch's convention for kernel sizes, strides, paddings and dilations: an int repeated
     ``n`` times, a sequence of exactly ``n`` ints, or (``one``) a 1-tuple repeated; with a
     ``default``, ``()`` / ``[]`` stand for it (pooling's stride)."""
+    # The spellings nearly every call uses, without the general parser (ops run it per call)
+    if type(value) is int and -_INT32 <= value < _INT32:
+        return (value,) * n
+    if type(value) is tuple and len(value) == n and all(type(v) is int and -_INT32 <= v < _INT32 for v in value):
+        return value
     lengths = (0,) * (default is not None) + (1,) * (one or n == 1) + (n,)
     forms = ["an int", "a 1-tuple"] if one or n == 1 else ["an int"]
     forms += [] if n == 1 else ["a pair of ints" if n == 2 else f"{n} ints"]
