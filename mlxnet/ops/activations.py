@@ -101,7 +101,7 @@ def _with_slope(forward: Callable[[mx.array], mx.array],
         y = output[0] if isinstance(output, (tuple, list)) else output
         return (_times_slope(g, x, y),)
 
-    # one fused pass for the sigmoid's slope and the product (slope's own exp is its own passes)
+    # the slope and the product in one fused pass (SiLU's recomputed sigmoid adds its own)
     _times_slope = mx.compile(lambda g, x, y: (g.astype(mx.float32) * slope(
         x.astype(mx.float32), y.astype(mx.float32))).astype(x.dtype))
     return f
@@ -139,8 +139,6 @@ def _gelu_given_gauss(x: mx.array, gauss: mx.array) -> mx.array:
 
 _TANH_C = 0.7978845608028654  # sqrt(2 / pi)
 _TANH_K = 0.044715
-
-
 _TANH_FLAT = 1e4  # tanh of the argument is ±1 from |x| ≈ 10: clipping x keeps x³ finite
 
 
