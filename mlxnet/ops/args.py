@@ -5,6 +5,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
@@ -15,9 +16,16 @@ IntOrTuple = int | Sequence[int]
 _INT32 = 2**31
 
 
-def one_line(value: Any) -> str:
-    """A one-line repr for error messages (arrays and tensors print on several lines)."""
-    return " ".join(repr(value).split())
+def shape_of(value: Any) -> Any:
+    """What an array argument was, for an error message: its shape, else its type's name."""
+    return tuple(value.shape) if isinstance(value, mx.array) else type(value).__name__
+
+
+def one_line(value: Any, limit: int | None = None) -> str:
+    """A one-line repr for error messages (arrays and tensors print on several lines), cut
+    short past ``limit`` characters."""
+    text = " ".join(repr(value).split())
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
 
 
 def ints(value: Any, lengths: tuple[int, ...], what: str, op: str, kind: str) -> tuple[int, ...]:

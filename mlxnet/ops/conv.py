@@ -30,7 +30,7 @@ import numpy as np
 from .. import _native
 from ..device import backend, is_tracing
 from ..errors import MlxnetError
-from .args import as_tuple
+from .args import as_tuple, shape_of
 from .activations import silu
 from .registry import register
 
@@ -73,8 +73,6 @@ def _check_activation(activation: str | None) -> None:
 def _builtin(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stride: int | Pair = 1,
              padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1,
              activation: str | None = None) -> mx.array:
-    _check_groups(x, weight, groups)
-    _check_activation(activation)
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     if _pairs_help(x, weight, stride, padding, dilation, groups):
         y = column_pair_conv3x3(x, weight)
@@ -341,8 +339,6 @@ def _conv2d_cpu_band(x: mx.array, weight: mx.array, bias: mx.array | None = None
     """mlxnet's direct conv, im2col, or a GEMM formulation by shape."""
     n, _, _, c = x.shape
     c_out, kh, kw, c_in_g = weight.shape
-    _check_groups(x, weight, groups)
-    _check_activation(activation)
     native = _native.on_cpu()
     oh, ow = _out_size(x, weight, stride, padding, dilation)
     if native is not None and _direct_fits(x, weight, groups, padding, activation):
@@ -380,13 +376,13 @@ def _conv2d_check(x: mx.array, weight: mx.array, bias: mx.array | None = None, *
     one more pixel after than before, as PyTorch does: that pixel is added to x here."""
     if not (isinstance(x, mx.array) and isinstance(weight, mx.array) and x.ndim == 4 and weight.ndim == 4):
         raise MlxnetError(f"conv2d: expected NHWC x and OHWI weight of 4 dimensions, got "
-                          f"{_shape_of(x)} and {_shape_of(weight)}")
+                          f"{shape_of(x)} and {shape_of(weight)}")
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         raise MlxnetError(f"conv2d: groups must be a positive int, got {groups!r}")
     _check_groups(x, weight, groups)
     _check_activation(activation)
     if bias is not None and (not isinstance(bias, mx.array) or bias.shape != weight.shape[:1]):
-        raise MlxnetError(f"conv2d: bias must have shape ({weight.shape[0]},), got {_shape_of(bias)}")
+        raise MlxnetError(f"conv2d: bias must have shape ({weight.shape[0]},), got {shape_of(bias)}")
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     if min(stride) < 1 or min(dilation) < 1:
         raise MlxnetError(f"conv2d: stride and dilation must be >= 1, got stride={stride}, dilation={dilation}")
@@ -409,10 +405,6 @@ def _conv2d_check(x: mx.array, weight: mx.array, bias: mx.array | None = None, *
                           f"the dilated kernel {tuple(weight.shape[1:3])} (dilation {dilation})")
     args = (x, weight) if bias is None else (x, weight, bias)
     return args, dict(stride=stride, padding=padding, dilation=dilation, groups=groups, activation=activation)
-
-
-def _shape_of(a: object) -> object:
-    return tuple(a.shape) if isinstance(a, mx.array) else type(a).__name__
 
 
 @register("conv2d", cpu=_conv2d_cpu, kernel=_builtin, check=_conv2d_check, batched=4,

@@ -16,19 +16,18 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
+from .args import shape_of
 from .registry import register
 
 
 def _check(boxes: mx.array, scores: mx.array, classes: mx.array | None, iou_threshold: float,
            max_det: int) -> None:
     if not isinstance(boxes, mx.array) or boxes.ndim != 2 or boxes.shape[1] != 4:
-        got = boxes.shape if isinstance(boxes, mx.array) else type(boxes).__name__
-        raise MlxnetError(f"nms: boxes must be an (N, 4) xyxy array, got shape {got}")
+        raise MlxnetError(f"nms: boxes must be an (N, 4) xyxy array, got shape {shape_of(boxes)}")
     n = boxes.shape[0]
     for name, a in (("scores", scores), ("classes", classes)):
         if a is not None and (not isinstance(a, mx.array) or a.shape != (n,)):
-            got = a.shape if isinstance(a, mx.array) else type(a).__name__
-            raise MlxnetError(f"nms: {name} must have shape ({n},) to match boxes, got {got}")
+            raise MlxnetError(f"nms: {name} must have shape ({n},) to match boxes, got {shape_of(a)}")
     if not 0.0 <= iou_threshold <= 1.0:
         raise MlxnetError(f"nms: iou_threshold must be in [0, 1], got {iou_threshold}")
     if max_det < 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from ..errors import MlxnetError
+from .args import shape_of
 from .registry import DEFINITION_VJP, register
 
 def _layer_norm_fast(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
@@ -28,12 +29,11 @@ def _layer_norm_check(x: mx.array, weight: mx.array | None = None, bias: mx.arra
                       *, eps: float = 1e-5) -> tuple:
     if not isinstance(x, mx.array) or x.ndim < 1:
         raise MlxnetError(f"layer_norm: expected an array of at least 1 dimension, got "
-                          f"{x.shape if isinstance(x, mx.array) else type(x).__name__}")
+                          f"{shape_of(x)}")
     for what, a in (("weight", weight), ("bias", bias)):
         if a is not None and (not isinstance(a, mx.array) or a.shape != x.shape[-1:]):
-            got = tuple(a.shape) if isinstance(a, mx.array) else type(a).__name__
             raise MlxnetError(f"layer_norm: {what} must have shape ({x.shape[-1]},) for an input of shape "
-                              f"{tuple(x.shape)}, got {got}")
+                              f"{tuple(x.shape)}, got {shape_of(a)}")
     if not isinstance(eps, (int, float)) or eps < 0:
         raise MlxnetError(f"layer_norm: eps must be a number >= 0, got {eps!r}")
     return (x, weight, bias), {"eps": float(eps)}

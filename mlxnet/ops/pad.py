@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
+from .args import ints, one_line, shape_of
 from .kernel_source import PortableKernel, launch_nhwc
 from .registry import register
 
@@ -27,6 +28,7 @@ MODES = ("reflect", "symmetric", "replicate", "constant")
 KERNEL_MODES = {"reflect": 0, "symmetric": 1, "replicate": 2}
 
 Pads = tuple[int, int, int, int]
+_BRIEF = 60  # characters of a bad argument's repr an error message shows
 
 
 def _kept(size: int, lo: int, hi: int) -> tuple[int, int]:
@@ -89,27 +91,17 @@ def _as_words(x: mx.array) -> mx.array:
     return x if word is None or x.size == 0 else x.view(word)
 
 
-def _brief(obj: object, limit: int = 60) -> str:
-    """``repr(obj)`` on one line, cut short: error messages stay one line."""
-    text = " ".join(repr(obj).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _check(x: mx.array, pads: Pads, mode: str, value: float | None = None) -> Pads:
     """Validate a call and return its pads as 4 ints: every face calls this first, so each
     refuses exactly what the definition refuses."""
     if not isinstance(mode, str) or mode not in MODES:
-        raise MlxnetError(f"pad2d: unknown mode {_brief(mode)}; expected one of {', '.join(MODES)}")
-    if not (isinstance(pads, (tuple, list)) and len(pads) == 4
-            and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in pads)):
-        raise MlxnetError(f"pad2d: pads must be 4 ints (top, bottom, left, right), got {_brief(pads)}")
-    pads = tuple(int(p) for p in pads)
+        raise MlxnetError(f"pad2d: unknown mode {one_line(mode, _BRIEF)}; expected one of {', '.join(MODES)}")
+    pads = ints(pads, (4,), "pads", "pad2d", "4 ints (top, bottom, left, right)")
     if not isinstance(x, mx.array) or x.ndim < 3:
-        shape = x.shape if isinstance(x, mx.array) else type(x).__name__
-        raise MlxnetError(f"pad2d: x must be an (..., H, W, C) array, got {shape}")
+        raise MlxnetError(f"pad2d: x must be an (..., H, W, C) array, got {shape_of(x)}")
     if value is not None:
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
-            raise MlxnetError(f"pad2d: value must be a number, got {_brief(value)}")
+            raise MlxnetError(f"pad2d: value must be a number, got {one_line(value, _BRIEF)}")
         if mode != "constant" and value != 0:  # PyTorch accepts only None or 0 here too
             raise MlxnetError(f"pad2d: mode {mode!r} takes no value (got {value!r}); value is for 'constant'")
     h, w = x.shape[-3:-1]

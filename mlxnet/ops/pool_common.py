@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import MlxnetError
-from .args import as_flag, as_int, as_tuple, one_line
+from .args import as_flag, as_int, as_tuple, one_line, shape_of
 
 IntOrPair = int | Sequence[int]
 
@@ -60,8 +60,7 @@ def check_input(x: mx.array, ndim: int, layout: str, op: str, empty_channels: bo
     """PyTorch's input rule: only the batch axis may be empty (and the channels, where
     ``empty_channels``, as adaptive average pooling allows)."""
     if not isinstance(x, mx.array) or x.ndim != ndim:
-        got = x.shape if isinstance(x, mx.array) else type(x).__name__
-        raise MlxnetError(f"{op}: expected a {ndim}-D {layout} array, got shape {got}")
+        raise MlxnetError(f"{op}: expected a {ndim}-D {layout} array, got shape {shape_of(x)}")
     if not mx.issubdtype(x.dtype, mx.floating):
         raise MlxnetError(f"{op}: expected a floating-point input, got {x.dtype}")
     if 0 in x.shape[1:-1] + (() if empty_channels else x.shape[-1:]):

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import MlxnetError
 from . import pool_kernels as K
+from .args import shape_of
 from .pool_common import (Axis, IntOrPair, as_flag, as_int, as_pair, as_single, avg_divisor,
                           check_input, fixed_axis, fixed_windows, float32_value, one_line,
                           window_max, window_sum)
@@ -232,8 +233,7 @@ def _unpool_size(x: mx.array, indices: mx.array, kernel_size: IntOrPair,
     op = "max_unpool2d"
     check_input(x, 4, "NHWC (batch, height, width, channels)", op)
     if not isinstance(indices, mx.array) or indices.shape != x.shape:
-        got = indices.shape if isinstance(indices, mx.array) else type(indices).__name__
-        raise MlxnetError(f"{op}: indices must have the input's shape {x.shape}, got {got}")
+        raise MlxnetError(f"{op}: indices must have the input's shape {x.shape}, got {shape_of(indices)}")
     if not mx.issubdtype(indices.dtype, mx.integer):
         raise MlxnetError(f"{op}: indices must be integers, got {indices.dtype}")
     k = as_pair(kernel_size, "kernel_size", op, one=False)
