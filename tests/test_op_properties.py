@@ -88,9 +88,13 @@ def compare_faces(name: str, case: Case) -> None:
         assert_agree(np.array(f.astype(mx.float32) if mx.issubdtype(f.dtype, mx.floating) else f),
                      np.array(d.astype(mx.float32) if mx.issubdtype(d.dtype, mx.floating) else d),
                      tol, f"{name} ({op.face()}) output {k}")
+    # A gradient element sums about (output size / input size) products; faces may order or widen
+    # that sum differently, and rounding grows with the square root of its length.
+    out_size = sum(o.size for o in def_out)
     for k, (f, d) in enumerate(zip(fast_grads, def_grads)):
-        assert_agree(np.array(f.astype(mx.float32)), np.array(d.astype(mx.float32)), 4 * tol,
-                     f"{name} ({op.face()}) gradient {k}")
+        terms = max(1.0, out_size / max(d.size, 1))
+        assert_agree(np.array(f.astype(mx.float32)), np.array(d.astype(mx.float32)),
+                     4 * tol * terms ** 0.5, f"{name} ({op.face()}) gradient {k}")
 
 
 def representable(expected: np.ndarray, dtype: mx.Dtype) -> np.ndarray:

@@ -62,10 +62,12 @@ def forward_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan,
 
 
 def vjp_method(p: Plan) -> str:
-    """Backward by shape class: ordinary convolutions ("conv") for groups == 1, the fastest
-    measured; autodiff of the decomposition for groups > 1, because MLX 0.32's CUDA
-    convolution returns a wrong weight gradient for grouped convolutions with batch >= 2."""
-    return "conv" if p.groups == 1 else "decomposition"
+    """Backward by shape class: ordinary convolutions ("conv") for groups == 1 and no dilation,
+    the fastest measured; else autodiff of the decomposition, because MLX 0.32's CUDA convolution
+    returns a wrong weight gradient for grouped convolutions with batch >= 2 and for the dilated
+    convolution this backward would run (docs/performance-notes.md, "Known MLX defects")."""
+    undilated = all(a.dilation == 1 for a in p.axes)
+    return "conv" if p.groups == 1 and undilated else "decomposition"
 
 
 def vjp_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Plan, dy: mx.array,
