@@ -1,7 +1,7 @@
 """mlxnet: neural networks on Apple's MLX, every op on every back end.
 
-Importing mlxnet binds an optimised BLAS on Linux, before ``mlx.core`` loads (what MLX needs
-to be usable there; :mod:`mlxnet._blas`), and picks MLX's default device
+Importing mlxnet points MLX's BLAS calls at an optimised BLAS on Linux, in either import order
+(what MLX needs to be usable there; :mod:`mlxnet._blas`), and picks MLX's default device
 (:mod:`mlxnet.device`). Nothing else in the process changes: no environment variable (it is
 only read, :mod:`mlxnet.env`), no allocator setting. Its CPU primitives are built on first CPU
 use (:mod:`mlxnet._native`); process-wide tuning is opt-in (:func:`tune_cpu`, :func:`tune_gpu`).
@@ -15,7 +15,7 @@ from . import _blas, _cuda_graphs, _malloc, _native
 
 _blas.bind()
 
-from .device import (  # noqa: E402  (after the BLAS binding, by design)
+from .device import (  # noqa: E402
     available_devices,
     backend,
     compile_enabled,

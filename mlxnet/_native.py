@@ -39,7 +39,8 @@ from pathlib import Path
 from types import ModuleType
 
 from . import env
-from ._blas import cache_dir, is_intact, publish
+from ._cache import cache_dir, is_intact, publish
+from .device import current_device
 
 NAME = "mlxnet_cpu_ops"
 _state: dict = {"tried": False, "module": None, "why": "not built yet (first CPU use builds it)"}
@@ -204,6 +205,4 @@ def native_info(build: bool = False) -> str:
 
 def on_cpu() -> ModuleType | None:
     """The extension when this call runs on the CPU device (its primitives are CPU-only)."""
-    from .device import current_device  # not at import: mlx.core must load after _blas.bind()
-
     return module() if current_device() == "cpu" else None

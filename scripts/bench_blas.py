@@ -1,6 +1,6 @@
 """MLX's Linux CPU speed with and without mlxnet's OpenBLAS binding, in one run.
 
-Each configuration runs in its own process (the binding happens before mlx.core loads):
+Each configuration runs in its own process (the binding holds for the whole process):
     python scripts/bench_blas.py
 """
 from __future__ import annotations

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core on Linux)
+import mlxnet  # noqa: F401  (gives MLX OpenBLAS on Linux)
 from mlxnet import families
 from mlxnet.env import switch
 import mlx.core as mx

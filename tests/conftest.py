@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-import mlxnet  # first: on Linux it binds OpenBLAS before mlx.core loads
+import mlxnet  # on Linux it gives MLX OpenBLAS
 
 import mlx.core as mx  # noqa: E402
 import pytest  # noqa: E402

@@ -1,7 +1,7 @@
 """The NHWC rfft2 / irfft2 (DFT GEMMs for small maps, mx.fft otherwise) against numpy."""
 from __future__ import annotations
 
-import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core)
+import mlxnet  # noqa: F401  (gives MLX OpenBLAS on Linux)
 import mlx.core as mx
 import numpy as np
 import pytest

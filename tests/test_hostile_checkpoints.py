@@ -321,7 +321,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], str | None]] = {
 
 CHILD = r"""
 import json, resource, sys
-import mlxnet  # first, as everywhere (binds the BLAS before mlx.core)
+import mlxnet  # gives MLX OpenBLAS on Linux
 from mlxnet.errors import MlxnetError
 from mlxnet.weights.torch_pickle import read_torch_checkpoint
 

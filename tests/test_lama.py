@@ -14,7 +14,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-import mlxnet  # noqa: F401  (binds OpenBLAS before mlx.core)
+import mlxnet  # noqa: F401  (gives MLX OpenBLAS on Linux)
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
