@@ -59,7 +59,7 @@ from typing import Any, BinaryIO, Callable, Mapping, Union
 import mlx.core as mx
 import numpy as np
 
-from ..errors import MlxnetError
+from ...errors import MlxnetError
 
 Tensor = Union[np.ndarray, mx.array]  # numpy, except bfloat16 (numpy has none): an mx.array
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
