@@ -7,3 +7,4 @@ from . import lama  # noqa: E402,F401  (registers the LaMa weight specs)
 from .lama import LaMa  # noqa: E402,F401
 from . import sam  # noqa: E402,F401  (registers the SAM-tiny weight spec)
 from .sam import Sam, SamPredictor, sam_tiny  # noqa: E402,F401
+from . import sam_family  # noqa: E402,F401  (registers the SAM model family)

@@ -7,21 +7,21 @@
 Pre/post-processing follows segment-anything: resize the longest side to 1024 (PIL bilinear),
 normalise with SAM's pixel mean/std, zero-pad to 1024×1024; low-res mask logits (256×256) are
 upsampled bilinearly to 1024, cropped to the resized image and resized to the original size.
+
+Segment-everything (:mod:`.sam_amg`) builds on the predictor, and the CLI's family
+(:mod:`.sam_family`) on both; neither is imported here.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import draw_prompts, overlay_masks, resize_pil
-from mlxnet.nn.init import scale_preserving_init
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
 
 from .sam_decoder import MaskDecoder, PromptEncoder
@@ -264,23 +264,6 @@ class SamPredictor:
         return masks, scores, low_res
 
 
-
-class SamPointPrompt(nn.Module):
-    """SAM end to end on one image and one centre point: encoder, prompt encoder, decoder."""
-
-    def __init__(self, sam: Sam) -> None:
-        super().__init__()
-        self.sam = sam
-
-    def __call__(self, pixels: mx.array) -> mx.array:
-        embedding = self.sam.image_encoder(self.sam.preprocess(pixels))
-        points = (mx.array([[[512.0, 512.0]]]), mx.array([[1]]))
-        sparse, dense = self.sam.prompt_encoder(points, None, None)
-        low_res, _ = self.sam.mask_decoder(embedding, self.sam.prompt_encoder.get_dense_pe(),
-                                           sparse, dense, True)
-        return low_res
-
-
 @dataclass
 class Segmentation:
     """Masks of one image: from prompts (several candidates, ``best`` chosen by score) or
@@ -322,52 +305,3 @@ class Segmentation:
         if self.best is None:
             return f"{len(self.masks)} masks"
         return f"mask score {self.scores[self.best]:.3f}, {int(self.masks[self.best].sum())} px"
-
-
-class SamFamily(families.ModelFamily):
-    name = "sam"
-    variants = ("sam-tiny",)
-    default_size = 1024
-
-    def build(self, variant: str) -> Sam:
-        return scale_preserving_init(sam_tiny())
-
-    def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> Sam:
-        return from_pretrained(source, dtype=dtype)
-
-    def example_inputs(self, variant: str, size: int) -> list[mx.array]:
-        return [mx.random.uniform(0, 255, (1, 1024, 1024, 3), key=mx.random.key(0))]
-
-    def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
-        h, w = preprocess_shape(*image.shape[:2], 1024)
-        return [mx.array(resize_pil(image, (w, h))[None]).astype(mx.float32)]
-
-    def checked(self, model: nn.Module) -> nn.Module:
-        return SamPointPrompt(model)  # type: ignore[arg-type]
-
-    task = "segment"
-
-    def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> SamPredictor:
-        return SamPredictor.from_pretrained(weights or variant)
-
-    def segment(self, predictor: SamPredictor, image: np.ndarray, points: np.ndarray | None,
-                labels: np.ndarray | None, box: np.ndarray | None,
-                multimask: bool | None = None) -> Segmentation:
-        """Masks for point/box prompts; by default several candidates for a lone point (it is
-        ambiguous), one otherwise, as SAM's authors advise."""
-        predictor.set_image(image)
-        multi = multimask if multimask is not None else (box is None and points is not None and len(points) == 1)
-        masks, scores, _ = predictor.predict(points, labels, box, multimask_output=multi)
-        return Segmentation(image.shape[:2], list(masks), [float(s) for s in scores],
-                            int(np.argmax(scores)), prompts=(points, labels, box))
-
-    def segment_everything(self, predictor: SamPredictor, image: np.ndarray, **options: Any) -> Segmentation:
-        """Every object (SAM's automatic mask generator; ``options`` are its thresholds)."""
-        from .sam_amg import SamAutomaticMaskGenerator
-
-        records = SamAutomaticMaskGenerator(predictor, **options).generate(image)
-        return Segmentation(image.shape[:2], [r["segmentation"] for r in records],
-                            [r["predicted_iou"] for r in records], records=records)
-
-
-families.register(SamFamily())

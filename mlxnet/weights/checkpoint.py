@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,52 +24,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..errors import MlxnetError
+from .checkpoint_types import FORMAT, Checkpoint, Description
 from .hub import resolve_weights
 from .loading import check_weights
 from .safetensors_io import is_safetensors, load_safetensors_with_metadata
 from .torch_pickle import find_state_dict, read_torch_checkpoint
-
-FORMAT = "mlxnet"  # safetensors metadata "format" of converted files (upstream files say "pt")
-
-
-@dataclass
-class Checkpoint:
-    """``tensors`` as stored (PyTorch or mlxnet keys and layouts), the safetensors ``metadata``
-    ({} for a pickle) and, for a pickle, the unpickled object (inert records) as ``raw``."""
-
-    path: Path
-    tensors: dict[str, mx.array]
-    metadata: dict[str, str] = field(default_factory=dict)
-    raw: Any = None
-
-    @property
-    def converted(self) -> bool:
-        """Written by ``mlxnet convert``: mlxnet keys and layouts, self-describing metadata."""
-        return self.metadata.get("format") == FORMAT
-
-    def meta_json(self, key: str) -> Any:
-        """A JSON value of the metadata (None if absent); a one-line error if it does not parse."""
-        text = self.metadata.get(key)
-        if text is None:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise MlxnetError(f"{self.path}: metadata {key!r} is not JSON: {text[:60]!r}") from None
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(v.shape) for k, v in self.tensors.items()}
-
-
-@dataclass
-class Description:
-    """What a checkpoint says about the model it holds. ``config``: keyword arguments of the
-    spec's ``build`` (e.g. ``nc``, ``num_classes``); ``variant``: the spec id it is for, if it
-    says; ``names``: class names, if it carries them."""
-
-    variant: str | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    names: tuple[str, ...] | None = None
 
 
 def open_checkpoint(source: str | os.PathLike, checkpoint_key: str | None = None) -> Checkpoint:

@@ -27,7 +27,7 @@ from .layout import LayoutKind
 if TYPE_CHECKING:
     import mlx.nn as nn
 
-    from .checkpoint import Checkpoint, Description
+    from .checkpoint_types import Checkpoint, Description
 
 # (regex on the mlxnet key, kind) or (regex, kind, groups); groups matter for grouped transposed convs.
 LayoutRule = Union[tuple[str, LayoutKind], tuple[str, LayoutKind, int]]
