@@ -20,6 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import mlxnet
+from mlxnet import progress
 from mlxnet.cli import app
 from mlxnet.commands import images as many
 from mlxnet.image import load_image, save_image
@@ -215,7 +216,7 @@ def test_progress_bar_on_a_terminal_only(tree, weights, monkeypatch):
     """In-process, with the progress console forced to be a terminal: the bar (description,
     count, rate, ETA) is drawn and the error line printed above it; --json draws nothing."""
     screen = io.StringIO()
-    monkeypatch.setattr(many, "progress_console",
+    monkeypatch.setattr(progress, "progress_console",
                         lambda: Console(file=screen, force_terminal=True, width=120, color_system=None))
     args = ["classify", str(tree), "-w", str(weights["resnet"]), "--top", "1", "--batch", "4"]
     result = CliRunner().invoke(app, args)

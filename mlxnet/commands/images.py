@@ -43,20 +43,16 @@ import json
 import os
 import re
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import typer
 
 from mlxnet import distributed
 from mlxnet.errors import MlxnetError
 from mlxnet.image import is_image_name as _is_image_name
-
-if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.progress import Progress, TaskID
+from mlxnet.progress import ProgressBar, progress_bar
 
 Model = TypeVar("Model")
 Prepared = TypeVar("Prepared")
@@ -235,73 +231,7 @@ def check_outputs(jobs: Sequence[Job]) -> None:
             check_output_path(out, [*job.reads, *([clash] if clash is not None else [])])
 
 
-# --- Reporting and progress -------------------------------------------------------------------------
-
-def progress_console() -> "Console":
-    """The console the progress bar draws on: stderr, so stdout stays the results (tests put a
-    console forced to be a terminal here)."""
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
-class Display:
-    """Where a run writes: result lines to stdout, error lines to stderr, and a progress bar, if
-    one is drawn, below them. While a bar is drawn, a line for the terminal goes through its
-    console, which prints it above the bar; printed past it, it would be drawn over."""
-
-    def __init__(self, progress: "Progress | None" = None, task: "TaskID | None" = None) -> None:
-        self.progress, self.task = progress, task
-
-    def advance(self) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task)  # type: ignore[arg-type]
-
-    def _above_bar(self, text: str) -> None:
-        from rich.text import Text
-
-        # Text, not a str: a file name like "[red].png" is not rich markup; soft_wrap: one line
-        # stays one line, however wide.
-        self.progress.console.print(Text(text), soft_wrap=True, highlight=False)  # type: ignore[union-attr]
-
-    def out(self, text: str) -> None:
-        if self.progress is not None and sys.stdout.isatty():
-            self._above_bar(text)
-        else:
-            print(text, flush=True)  # flushed: a reader downstream sees each image at once
-
-    def err(self, text: str) -> None:
-        if self.progress is not None:
-            self._above_bar(text)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-
-@contextmanager
-def progress_display(total: int, what: str, quiet: bool) -> Iterator[Display]:
-    """A :class:`Display` with a bar (count, rate, elapsed, ETA) on the progress console, unless
-    ``quiet`` or the console is not a terminal (rich's test: stderr is a TTY, or FORCE_COLOR or
-    TTY_COMPATIBLE=1 say to act as one)."""
-    console = progress_console()
-    if quiet or not console.is_terminal:
-        yield Display()
-        return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    from rich.text import Text
-
-    class RateColumn(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text(f"{speed:.2f} img/s" if speed else "– img/s", style="progress.data.speed")
-
-    # Stray output (a library's warning) is redirected above the bar too; stdout only when it
-    # is a terminal: results piped to a file must stay in the file.
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
-                  redirect_stdout=sys.stdout.isatty(), redirect_stderr=True) as bar:
-        yield Display(bar, bar.add_task(what, total=total))
-
+# --- Reporting -------------------------------------------------------------------------------------
 
 def json_line(record: dict) -> str:
     """One JSON Lines record: compact, on one line (json.dumps escapes newlines in strings)."""
@@ -317,7 +247,7 @@ def _reason(job: Job, error: BaseException) -> str:
     return text
 
 
-def report_failure(display: Display, job: Job, error: BaseException, as_json: bool) -> None:
+def report_failure(display: ProgressBar, job: Job, error: BaseException, as_json: bool) -> None:
     """``error: FILE: REASON`` on stderr; with ``--json`` also the JSON Lines record."""
     reason = _reason(job, error)
     display.err(f"error: {job.name}: {reason}")
@@ -374,7 +304,7 @@ def _predict_batch(model: Model, prepared: list[Prepared],
 def _run_batch(group: Sequence[Job], model: Callable[[], Model], prepare: Callable[[Job], Prepared],
                predict: Callable[[Model, list[Prepared]], Sequence[Result]],
                finish: Callable[[Job, Prepared, Result], tuple[dict, str]],
-               display: Display, as_json: bool) -> int:
+               display: ProgressBar, as_json: bool) -> int:
     """Read, run and write one batch, reporting its images in input order (whatever the batch
     size, the same lines in the same order); returns how many failed. Its pixels and results
     are this function's locals: they are freed when it returns, before the next batch is read."""
@@ -425,7 +355,7 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
         return loaded[0]
 
     mine = distributed.shard(jobs)  # all of them, unless started by mlx.launch
-    with progress_display(len(mine), what, quiet=as_json or not distributed.is_main()) as display:
+    with progress_bar(what, len(mine), quiet=as_json or not distributed.is_main(), unit="img") as display:
         failed = sum(_run_batch(group, model, prepare, predict, finish, display, as_json)
                      for group in batches(mine, batch))
     failed = int(distributed.total(failed))  # every rank ends with the job's exit code

@@ -33,6 +33,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from .. import distributed
 from ..errors import MlxnetError
 from ..image import check_output_path
+from ..progress import progress_bar
 from ..weights import save_converted
 from . import data as D
 from .state import check_same_run, load_state, save_state
@@ -213,22 +214,23 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
         order = D.epoch_order(len(train_set), cfg.seed, epoch)
         start, losses, seen = time.perf_counter(), [], 0
         first = step - epoch * steps_per_epoch  # > 0: resuming a run stopped inside this epoch
-        bar = _progress(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch - first)
-        for s in range(first, steps_per_epoch):
-            if cfg.max_steps is not None and step >= cfg.max_steps:
-                break
-            mine = order[s * cfg.batch + rank * local: s * cfg.batch + (rank + 1) * local]
-            images, labels = D.batch_of(train_set, mine, cfg.size, epoch=epoch, seed=cfg.seed)
-            # The compute copy of the weights (float32: the master weights themselves).
-            net.update(master if dtype == mx.float32 else tree_map(lambda p: p.astype(dtype), master))
-            loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
-            grads = distributed.average(tree_map(lambda g: g.astype(mx.float32), grads))
-            master = opt.apply_gradients(grads, master)
-            mx.eval(master, opt.state, loss, _statistics(net))  # statistics: each step's, not a growing graph
-            losses.append(float(loss))
-            step, seen = step + 1, seen + cfg.batch
-            bar(f"loss {losses[-1]:.4f}  {seen / (time.perf_counter() - start):.1f} images/s")
-        bar(None)
+        # Rank 0's bar, erased at the epoch's end, where _log_epoch writes the epoch's line.
+        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch - first, quiet=not distributed.is_main(),
+                          status=True, transient=True) as bar:
+            for s in range(first, steps_per_epoch):
+                if cfg.max_steps is not None and step >= cfg.max_steps:
+                    break
+                mine = order[s * cfg.batch + rank * local: s * cfg.batch + (rank + 1) * local]
+                images, labels = D.batch_of(train_set, mine, cfg.size, epoch=epoch, seed=cfg.seed)
+                # The compute copy of the weights (float32: the master weights themselves).
+                net.update(master if dtype == mx.float32 else tree_map(lambda p: p.astype(dtype), master))
+                loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
+                grads = distributed.average(tree_map(lambda g: g.astype(mx.float32), grads))
+                master = opt.apply_gradients(grads, master)
+                mx.eval(master, opt.state, loss, _statistics(net))  # statistics: each step's, not a growing graph
+                losses.append(float(loss))
+                step, seen = step + 1, seen + cfg.batch
+                bar.advance(f"loss {losses[-1]:.4f}  {seen / (time.perf_counter() - start):.1f} images/s")
         stopped = cfg.max_steps is not None and step >= cfg.max_steps and step < (epoch + 1) * steps_per_epoch
         net.update(master)
         if stopped and not losses:
@@ -266,26 +268,6 @@ def _accuracy(net: nn.Module, val_set: D.ImageFolder, cfg: TrainConfig) -> float
         logits = net(mx.array(images).astype(PRECISIONS[cfg.precision]))
         correct += int((np.array(mx.argmax(logits, axis=-1)) == labels).sum())
     return distributed.total(correct) / len(val_set)
-
-
-def _progress(what: str, total: int) -> Callable[[str | None], None]:
-    """A progress bar on rank 0's terminal (stderr): call with the step's text, None to close."""
-    if not (distributed.is_main() and sys.stderr.isatty()):
-        return lambda text: None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    progress = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                        TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-    task = progress.add_task("", total=total)
-    progress.start()
-
-    def update(text: str | None) -> None:
-        if text is None:
-            progress.stop()
-        else:
-            progress.update(task, advance=1, description=text)
-    return update
 
 
 def _log_epoch(cfg: TrainConfig, r: EpochReport) -> None:
