@@ -68,7 +68,7 @@ def run() -> None:
 
 
 # Every command is one module, mlxnet/commands/<name>.py, whose function <name> is the command.
-COMMANDS = ("info", "ops", "convert", "check", "classify", "detect", "segment", "inpaint")
+COMMANDS = ("info", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "bench")
 for _name in COMMANDS:
     app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
 # Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.

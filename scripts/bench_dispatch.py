@@ -6,7 +6,7 @@ MLX's CUDA back end records kernels into CUDA graphs of up to MLX_MAX_OPS_PER_BU
 (MLX_USE_CUDA_GRAPHS=0 launches them one by one). Those settings are read once per process, so
 each setting runs in its own child process. Printed: microseconds per op for chains of small
 elementwise ops and of convolutions (host-bound by construction), and the median ms of the
-default (compiled) forward of chosen bench_models entries.
+default (compiled) forward of chosen `mlxnet bench` workloads.
 """
 from __future__ import annotations
 
@@ -15,24 +15,20 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-HERE = Path(__file__).parent
-
 
 def _median_ms(fn, reps: int = 20, warmup: int = 3) -> float:
-    """Median ms of evaluating ``fn()`` to the end (bench_models' timer, one run)."""
-    import bench_models
+    """Median ms of evaluating ``fn()`` to the end (``mlxnet bench``'s timer, one run)."""
+    from mlxnet.benchmark import measure
 
-    return bench_models.time_alternating({"run": bench_models.mlx_runner(fn)}, warmup, reps, pause=0.0)["run"]
+    return measure.summary(measure.time_alternating({"run": measure.mlx_runner(fn)}, warmup, reps)["run"])[0]
 
 
 def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
-    sys.path.insert(0, str(HERE))
     import mlx.core as mx
 
-    import bench_models
     import mlxnet
+    from mlxnet.benchmark import measure
+    from mlxnet.benchmark.workloads import entries
 
     device = os.environ.get("BENCH_DEVICE", "gpu")  # cpu: try the script where there is no GPU
     mlxnet.use_device(device)
@@ -53,14 +49,14 @@ def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
         return y
     out["us_per_add"] = _median_ms(adds) * 1e3 / 200
     out["us_per_conv"] = _median_ms(convs) * 1e3 / 50
-    table = bench_models.entries()
+    table = entries()
     for name in only:
         for batch in batches:
             for dtype in dtypes:
-                bench = table[name](device, batch, dtype)
-                out[f"{name} b{batch} {dtype}"] = _median_ms(bench.mlx)
+                bench = table[name].build(device, batch, dtype)
+                out[f"{name} b{batch} {dtype}"] = _median_ms(bench.forward)
                 del bench
-                bench_models._free()
+                measure.free()
     return out
 
 

@@ -141,17 +141,17 @@ def predict_like_reference(gen: torch.nn.Module, image_u8: np.ndarray, mask_u8: 
 
 
 def check_plain_torch_copy(gen: torch.nn.Module, n_blocks: int, x: np.ndarray, out: np.ndarray) -> None:
-    """scripts/lama_torch.py (the benchmarks' torch-only generator) must load the reference's
+    """mlxnet/benchmark/torch_twins/lama.py (the benchmarks' torch-only generator) must load the reference's
     state dict strictly and reproduce its output."""
-    spec = importlib.util.spec_from_file_location("lama_torch", ROOT / "scripts/lama_torch.py")
+    spec = importlib.util.spec_from_file_location("lama_torch", ROOT / "mlxnet/benchmark/torch_twins/lama.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     copy = mod.Generator(n_blocks).eval()
     copy.load_state_dict(gen.state_dict(), strict=True)
     with torch.no_grad():
         diff = float(np.abs(copy(torch.from_numpy(x)).numpy() - out).max())
-    assert diff < 1e-6, f"scripts/lama_torch.py differs from the reference by {diff}"
-    print("lama_torch.py matches the reference: max |diff|", diff)
+    assert diff < 1e-6, f"torch_twins/lama.py differs from the reference by {diff}"
+    print("torch_twins/lama.py matches the reference: max |diff|", diff)
 
 
 def main(out: Path) -> None:

@@ -3,13 +3,13 @@
 # pip install -e ".[test,cuda]"):
 #
 #   bash scripts/gpu_check.sh [PYTEST ARGS]      every GPU-marked test (GPU faces == definitions)
-#   bash scripts/gpu_check.sh --bench [ARGS]     scripts/bench_models.py on the GPU, batch 1 and 8,
+#   bash scripts/gpu_check.sh --bench [ARGS]     mlxnet bench on the GPU against PyTorch, batch 1 and 8,
 #                                                float32 and float16 (JSON to $BENCH_JSON, default bench.json)
 #   bash scripts/gpu_check.sh --profile ARGS     scripts/profile_gpu.py ARGS (per-kernel times)
 #
-# With pytest-xdist installed, PYTEST_WORKERS=N spreads the tests over N processes. MobileSAM's
-# modules in .ref-sam/ (see scripts/sam_reference.py) give the SAM benchmark rows their
-# PyTorch reference; without them those rows are timed alone.
+# With pytest-xdist installed, PYTEST_WORKERS=N spreads the tests over N processes. An installed
+# MobileSAM (pip install git+https://github.com/ChaoningZhang/MobileSAM) gives the SAM benchmark
+# rows their PyTorch reference; without it those rows are timed alone.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -19,7 +19,7 @@ case "${1:-}" in
     exec python scripts/profile_gpu.py "$@" ;;
   --bench)
     shift
-    exec python scripts/bench_models.py --device gpu --batch 1 8 --dtype float32 float16 \
+    exec python -m mlxnet --device gpu bench --batch 1 8 --dtype float32 float16 --compare torch \
       --json "${BENCH_JSON:-bench.json}" "$@" ;;
 esac
 workers=()

@@ -2,7 +2,7 @@
 
     python scripts/profile_gpu.py --only yolov8m lama-512 --batch 8 --dtype float16 [--out DIR]
 
-For each entry of scripts/bench_models.py it runs a few forwards of mlxnet's default path and of
+For each `mlxnet bench` workload it runs a few forwards of mlxnet's default path and of
 PyTorch eager under torch.profiler. CUPTI records every kernel the process launches, MLX's
 included, so both sides are seen by the same tool. Printed per side: wall ms per forward, GPU
 busy ms (sum of kernel times), kernels per forward, and the kernels that take the most time,
@@ -21,8 +21,8 @@ from typing import Callable
 
 import mlxnet
 
-sys.path.insert(0, str(Path(__file__).parent))
-import bench_models  # noqa: E402
+from mlxnet.benchmark import machine, measure
+from mlxnet.benchmark.workloads import entries
 
 KINDS = [  # first match wins; names as cuDNN, cuBLAS, cuFFT, MLX and PyTorch spell them
     ("conv", r"conv|implicit_gemm|xmma_fprop|sm\d+_xmma|cudnn|fprop|dgrad|winograd|precomputed"),
@@ -118,23 +118,24 @@ def main() -> None:
     mlxnet.use_device("gpu")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(bench_models._header("gpu"))
-    table = bench_models.entries()
+    print("\n".join(machine.summary(machine.describe("gpu"))))
+    table = entries()
     for name in a.only:
         for batch in a.batch:
             for dtype in a.dtype:
-                bench = table[name]("gpu", batch, dtype)
-                print(f"\n{name} batch {batch} {dtype} ({bench.note})", flush=True)
-                sides = [("mlxnet", bench_models.mlx_runner(bench.mlx))]
-                if bench.torch_module is not None:
-                    sides.append(("torch", bench_models.torch_runner(bench.torch_module, bench.torch_inputs, "gpu")))
+                bench = table[name].build("gpu", batch, dtype)
+                baseline = bench.torch() if bench.torch is not None else None
+                print(f"\n{name} batch {batch} {dtype} ({baseline.note if baseline else bench.note})", flush=True)
+                sides = [("mlxnet", measure.mlx_runner(bench.forward))]
+                if baseline is not None:
+                    sides.append(("torch", measure.torch_runner(baseline.module, baseline.inputs, "gpu")))
                 for label, run in sides:
                     for _ in range(3):
                         run()
                     stats = profile(run, a.reps, out / f"trace-{name}-b{batch}-{dtype}-{label}.json")
                     print(report(label, stats, a.top), flush=True)
-                del bench
-                bench_models._free()
+                del bench, baseline
+                measure.free()
 
 
 if __name__ == "__main__":

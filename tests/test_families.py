@@ -45,20 +45,16 @@ def toy():
     families._FAMILIES.pop("toy")
 
 
-def _bench_script():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_models.py"
-    spec = importlib.util.spec_from_file_location("bench_models", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_family_registered_outside_mlxnet_is_checked_and_benchmarked(toy):
     result = CliRunner().invoke(app, ["--device", "cpu", "check", "toy-net", "--size", "16", "--all"])
     assert result.exit_code == 0, result.output
     assert "conv" in result.output and "passed:" in result.output
-    assert "toy-net" in _bench_script().entries()
+    from mlxnet.benchmark.workloads import entries
+
+    assert "toy-net" in entries()
+    bench = CliRunner().invoke(app, ["--device", "cpu", "bench", "toy-net", "--reps", "1", "--warmup", "0"])
+    assert bench.exit_code == 0, bench.output
+    assert any(line.startswith("toy-net") for line in bench.output.splitlines())
 
 
 def test_every_bundled_variant_is_reachable_through_the_interface():

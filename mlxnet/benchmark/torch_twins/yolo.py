@@ -1,9 +1,9 @@
-"""YOLOv8's fused detection network in plain PyTorch, for CPU timings where ultralytics cannot
-be imported (it needs torchvision, which does not import against the CPU torch here).
+"""YOLOv8's fused detection network in plain PyTorch, the PyTorch baseline of
+``mlxnet bench`` where ultralytics cannot be imported (it needs a torchvision matching torch).
 
 Same layers, widths, depths and head decode as ultralytics' DetectionModel after ``fuse()``
 (convs with bias + SiLU); parameter names follow ultralytics' ``model.<i>...`` keys, so weights
-converted back from mlxnet load into it. ``python scripts/yolo_torch.py`` checks it against
+converted back from mlxnet load into it. ``python -m mlxnet.benchmark.torch_twins.yolo`` checks it against
 mlxnet's YOLOv8 on shared random weights.
 """
 from __future__ import annotations
@@ -120,9 +120,9 @@ if __name__ == "__main__":
     import numpy as np
     from mlx.utils import tree_flatten
 
-    from mlxnet.models import yolo
+    from mlxnet import families
 
-    net = yolo.YOLOv8("n").fuse()
+    net = families.family_of("yolov8n").build("yolov8n").fuse()
     tnet = YOLOv8("n").eval()
     params = dict(tree_flatten(net.parameters()))
     state = {}
