@@ -5,7 +5,7 @@
 // - im2col: the patch matrix of a convolution, with the zero padding implicit (no pad pass),
 //   copied as contiguous runs on every core (mx.conv2d's own unfold is a scalar strided copy).
 // - bias_silu: silu(y + bias) in one pass on every core, with the same float32 operations
-//   (and exp polynomial) as the MLX-composed reference in mlxnet/ops/activations.py.
+//   (and exp polynomial) as the MLX-composed reference in mlxnet/ops/activations/cpu.py.
 // - direct_conv2d: a register-tiled direct convolution with bias and SiLU fused, for the small
 //   channel counts where a GEMM runs far below peak.
 // Each has a vjp written with MLX ops, so gradients flow as through the references.
@@ -207,7 +207,7 @@ class Im2Col : public CpuPrimitive {
   Geometry g_;
 };
 
-// exp(z) = p(r)·2^n, the constants and order of operations of mlxnet/ops/activations.py.
+// exp(z) = p(r)·2^n, the constants and order of operations of mlxnet/ops/activations/cpu.py.
 constexpr float kLog2e = 1.4426950408889634f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kC0 = 1.9875691500e-4f, kC1 = 1.3981999507e-3f, kC2 = 8.3334519073e-3f;
 constexpr float kC3 = 4.1665795894e-2f, kC4 = 1.6666665459e-1f, kC5 = 5.0000001201e-1f;

@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from mlxnet import ops
-from mlxnet.ops import conv_transpose_gpu as gpu
-from mlxnet.ops.conv_transpose import _run
-from mlxnet.ops.conv_transpose_ref import as_2d, decomposed_nhwc
-from mlxnet.ops.conv_transpose_ref import plan as ref_plan
+from mlxnet.ops.conv_transpose import kernel as gpu
+from mlxnet.ops.conv_transpose.definition import _run, decomposed_nhwc
+from mlxnet.ops.conv_transpose.plan import as_2d
+from mlxnet.ops.conv_transpose.plan import plan as ref_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_ops import CONV_TRANSPOSE_SHAPES  # noqa: E402

@@ -170,8 +170,8 @@ def _convt_torch_inputs(groups: int) -> Callable[[tuple[mx.array, ...], str], tu
 
 def _convt_cases() -> list[Case]:
     """Per shape: the dispatcher, and on a GPU also each forward method it chooses from."""
-    from mlxnet.ops import conv_transpose_gpu
-    from mlxnet.ops.conv_transpose import _run
+    from mlxnet.ops.conv_transpose import kernel as conv_transpose_kernel
+    from mlxnet.ops.conv_transpose.definition import _run
 
     cases = []
     on_gpu = mlxnet.backend() != "cpu"
@@ -184,7 +184,7 @@ def _convt_cases() -> list[Case]:
                 + (f" g{g}" if g > 1 else ""))
         methods = {"dispatch" if on_gpu else "reference": getattr(ops, f"conv_transpose{nd}d")}
         if on_gpu:  # the forward methods the GPU dispatcher picks from
-            for m, impl in conv_transpose_gpu.FORWARD.items():
+            for m, impl in conv_transpose_kernel.FORWARD.items():
                 methods[m] = (lambda impl, nd: lambda x, w, b, **kw: _run(
                     nd, impl, x, w, b, kw["stride"], kw["padding"], kw["output_padding"], 1,
                     kw["groups"]))(impl, nd)  # bind nd now: the loop moves on
@@ -204,7 +204,7 @@ CONV_TRANSPOSE: list[Case] = _convt_cases()
 # ---- fft ---------------------------------------------------------------------------------
 # LaMa's Fourier unit: rfft2 then irfft2 (norm 'ortho') of an NHWC map, mlxnet's in the planar
 # layout LaMa uses. At a 512² image the maps are 64² with 192 channels; 2048² images give 256².
-# mlxnet uses the DFT GEMMs up to ops.fft._MAX_DFT per side, mx.fft beyond it.
+# mlxnet uses the DFT GEMMs up to ops.fft.definition._MAX_DFT per side, mx.fft beyond it.
 
 
 def _fft_case(shape: tuple) -> Case:

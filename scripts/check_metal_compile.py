@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import mlxnet  # noqa: F401
-from mlxnet.ops import kernel_launches
+from mlxnet.ops.core import kernel_launches
 
 PREAMBLE = """#include <metal_stdlib>
 using namespace metal;

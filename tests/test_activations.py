@@ -8,7 +8,7 @@ import torch
 
 import mlxnet
 from mlxnet import ops
-from mlxnet.ops.activations import _exp
+from mlxnet.ops.activations.cpu import _exp
 from testutil import assert_close, to_numpy
 
 TORCH = {"silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid, "gelu": torch.nn.functional.gelu}

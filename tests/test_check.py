@@ -11,7 +11,7 @@ import pytest
 
 import mlxnet
 from mlxnet import check, ops
-from mlxnet.ops import registry
+from mlxnet.ops.core import registry
 
 
 class Block(nn.Module):

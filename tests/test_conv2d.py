@@ -129,7 +129,7 @@ def _column_pairs_against_torch(shape: tuple, c_out: int, dtype: mx.Dtype, run, 
 def test_column_pair_conv_is_the_3x3_conv(shape, c_out, dtype):
     """Pairs of columns packed into channels, with the weight spread over the pairs: the same
     stride-1, padding-1 3×3 conv, forward and backward."""
-    from mlxnet.ops.conv import column_pair_conv3x3
+    from mlxnet.ops.conv.kernel import column_pair_conv3x3
 
     def run(x, w, b):
         v = column_pair_conv3x3(x, w) + b
@@ -144,7 +144,7 @@ def test_column_pair_conv_is_the_3x3_conv(shape, c_out, dtype):
 def test_strided_column_pair_conv_is_the_stride_2_conv(shape, c_out, dtype):
     """Pairs of columns with a 3×2 kernel at stride (2, 1), padded one pair on the left: the
     same stride-2, padding-1 3×3 conv (odd heights too), forward and backward."""
-    from mlxnet.ops.conv import column_pair_conv3x3_s2
+    from mlxnet.ops.conv.kernel import column_pair_conv3x3_s2
 
     def run(x, w, b):
         v = column_pair_conv3x3_s2(x, w) + b
@@ -155,14 +155,14 @@ def test_strided_column_pair_conv_is_the_stride_2_conv(shape, c_out, dtype):
 
 
 def test_cuda_face_takes_strided_pairs_only_by_its_rule(monkeypatch):
-    from mlxnet.ops import conv
+    from mlxnet.ops.conv import kernel as conv_kernel
 
     calls = []
-    real = conv.column_pair_conv3x3_s2
-    monkeypatch.setattr(conv, "column_pair_conv3x3_s2", lambda *a: calls.append(a) or real(*a))
-    monkeypatch.setattr(conv, "backend", lambda: "cuda")
-    monkeypatch.setattr(conv, "MIN_PAIRED_PIXELS", 2 * 6 * 8)
-    run = lambda x, w, b=None: conv._builtin(x, w, b, stride=2, padding=1, activation="silu")  # noqa: E731
+    real = conv_kernel.column_pair_conv3x3_s2
+    monkeypatch.setattr(conv_kernel, "column_pair_conv3x3_s2", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(conv_kernel, "backend", lambda: "cuda")
+    monkeypatch.setattr(conv_kernel, "MIN_PAIRED_PIXELS", 2 * 6 * 8)
+    run = lambda x, w, b=None: conv_kernel.conv2d(x, w, b, stride=2, padding=1, activation="silu")  # noqa: E731
     with mlxnet.use_device("cpu"):
         _column_pairs_against_torch((2, 12, 16, 32), 64, mx.float32, run, stride=2)
         assert calls
@@ -178,12 +178,12 @@ def test_cuda_face_takes_strided_pairs_only_by_its_rule(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
 def test_48_channel_and_strided_32_channel_convs_run_on_column_pairs_on_cuda(gpu, monkeypatch, dtype):
-    from mlxnet.ops import conv
+    from mlxnet.ops.conv import kernel as conv_kernel
 
     calls = []
-    real = conv.column_pair_conv3x3
-    monkeypatch.setattr(conv, "column_pair_conv3x3", lambda *a: calls.append(a) or real(*a))
-    monkeypatch.setattr(conv, "MIN_PAIRED_PIXELS", 2 * 12 * 16)  # this test's small maps
+    real = conv_kernel.column_pair_conv3x3
+    monkeypatch.setattr(conv_kernel, "column_pair_conv3x3", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(conv_kernel, "MIN_PAIRED_PIXELS", 2 * 12 * 16)  # this test's small maps
     run = lambda *a: ops.conv2d(*a, padding=1, activation="silu")  # noqa: E731
     _column_pairs_against_torch((2, 12, 16, 48), 48, dtype, run)
     assert bool(calls) == (mlxnet.backend() == "cuda")
@@ -193,8 +193,8 @@ def test_48_channel_and_strided_32_channel_convs_run_on_column_pairs_on_cuda(gpu
     assert not calls
 
     strided = []
-    real_s2 = conv.column_pair_conv3x3_s2
-    monkeypatch.setattr(conv, "column_pair_conv3x3_s2", lambda *a: strided.append(a) or real_s2(*a))
+    real_s2 = conv_kernel.column_pair_conv3x3_s2
+    monkeypatch.setattr(conv_kernel, "column_pair_conv3x3_s2", lambda *a: strided.append(a) or real_s2(*a))
     run2 = lambda *a: ops.conv2d(*a, stride=2, padding=1, activation="silu")  # noqa: E731
     _column_pairs_against_torch((8, 12, 16, 32), 64, dtype, run2, stride=2)  # 384 output pixels
     assert bool(strided) == (mlxnet.backend() == "cuda" and dtype == mx.float32)
@@ -217,11 +217,11 @@ def _few_outputs_against_torch(shape: tuple, c_out: int, k: int, padding: int, d
 
 
 def _count_taps(monkeypatch) -> list:
-    from mlxnet.ops import conv
+    from mlxnet.ops.conv import kernel as conv_kernel
 
     calls = []
-    real = conv._taps_then_shift
-    monkeypatch.setattr(conv, "_taps_then_shift", lambda *a: calls.append(a) or real(*a))
+    real = conv_kernel._taps_then_shift
+    monkeypatch.setattr(conv_kernel, "_taps_then_shift", lambda *a: calls.append(a) or real(*a))
     return calls
 
 
@@ -234,25 +234,25 @@ def _count_taps(monkeypatch) -> list:
 def test_cuda_face_runs_few_output_convs_as_tap_gemms(monkeypatch, shape, c_out, k, padding, dilation, taken):
     """The GPU face's rule for float32 convs to 1-3 channels, on the CPU with the back end read
     as CUDA: which convs it takes, and that they are the conv, forward and backward."""
-    from mlxnet.ops import conv
+    from mlxnet.ops.conv import kernel as conv_kernel
 
     calls = _count_taps(monkeypatch)
-    monkeypatch.setattr(conv, "backend", lambda: "cuda")
+    monkeypatch.setattr(conv_kernel, "backend", lambda: "cuda")
     with mlxnet.use_device("cpu"):
-        _few_outputs_against_torch(shape, c_out, k, padding, dilation, conv._builtin)
+        _few_outputs_against_torch(shape, c_out, k, padding, dilation, conv_kernel.conv2d)
     assert bool(calls) == taken
 
 
 def test_tap_gemm_rule_keeps_float16_and_caps_memory(monkeypatch):
-    from mlxnet.ops import conv
+    from mlxnet.ops.conv import kernel as conv_kernel
 
-    monkeypatch.setattr(conv, "backend", lambda: "cuda")
+    monkeypatch.setattr(conv_kernel, "backend", lambda: "cuda")
     x, w = mx.zeros((1, 20, 20, 64)), mx.zeros((3, 7, 7, 64))
-    assert conv._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
-    assert not conv._taps_help(x.astype(mx.float16), w.astype(mx.float16), (1, 1), (0, 0), (1, 1), 1)
-    assert not conv._taps_help(x, w, (2, 2), (0, 0), (1, 1), 1)
-    monkeypatch.setattr(conv, "MAX_TAPS_BYTES", 20 * 20 * 49 * 3 * 4 - 1)
-    assert not conv._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+    assert conv_kernel._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+    assert not conv_kernel._taps_help(x.astype(mx.float16), w.astype(mx.float16), (1, 1), (0, 0), (1, 1), 1)
+    assert not conv_kernel._taps_help(x, w, (2, 2), (0, 0), (1, 1), 1)
+    monkeypatch.setattr(conv_kernel, "MAX_TAPS_BYTES", 20 * 20 * 49 * 3 * 4 - 1)
+    assert not conv_kernel._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
 
 
 @pytest.mark.gpu

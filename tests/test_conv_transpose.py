@@ -10,9 +10,8 @@ import torch.nn.functional as F
 
 import mlxnet
 from mlxnet import ops
-from mlxnet.ops import conv_transpose_gpu as ct_gpu
-from mlxnet.ops.conv_transpose import _run
-from mlxnet.ops.conv_transpose_ref import decomposed_nhwc
+from mlxnet.ops.conv_transpose import kernel as ct_gpu
+from mlxnet.ops.conv_transpose.definition import _run, decomposed_nhwc
 from mlxnet.weights.layout import from_torch_layout
 from testutil import assert_close, to_numpy
 

@@ -7,7 +7,7 @@ import pytest
 
 import mlxnet
 from mlxnet import ops
-from mlxnet.ops import kernel_launches
+from mlxnet.ops.core import kernel_launches
 
 from testutil import assert_close
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mlxnet import ops
-from mlxnet.ops import kernel_launches, kernel_source
+from mlxnet.ops.core import kernel_launches, kernel_source
 from metal_check import metal_errors
 
 LAUNCHES = kernel_launches.every_launch()

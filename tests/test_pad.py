@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 import mlxnet
 from mlxnet import ops
-from mlxnet.ops import kernel_source
+from mlxnet.ops.core import kernel_source
 from testutil import TOLERANCE
 
 torch = pytest.importorskip("torch")

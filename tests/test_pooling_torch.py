@@ -31,8 +31,8 @@ from hypothesis.control import currently_in_test_context
 
 import mlxnet
 from mlxnet import ops
-from mlxnet.ops import kernel_source
-from mlxnet.ops.pool_common import float32_value
+from mlxnet.ops.core import kernel_source
+from mlxnet.ops.pooling.geometry import float32_value
 from testutil import assert_agree
 
 _SWEEP = os.environ.get("HYPOTHESIS_PROFILE") == "sweep"

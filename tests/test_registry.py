@@ -1,7 +1,10 @@
 """The op registry, the portable kernel sources, and the first op end to end."""
 from __future__ import annotations
 
+import functools
+import importlib
 from importlib import resources
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -9,7 +12,7 @@ import pytest
 
 import mlxnet
 from mlxnet import ops
-from mlxnet.ops import kernel_source
+from mlxnet.ops.core import kernel_source, registry
 from testutil import TOLERANCE, assert_close, to_numpy
 
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
@@ -49,6 +52,42 @@ def test_prelude_binds_portable_names_per_backend(target):
     else:
         assert "blockIdx.x * blockDim.x + threadIdx.x" in body and "__syncthreads()" in header
         assert "thread_position_in_grid" not in body
+
+
+# Face -> the file of its family package that holds it (a kernel's backward lives with it).
+FACE_FILES = {"definition": "definition", "cpu": "cpu", "kernel": "kernel", "kernel_vjp": "kernel",
+              "check": "check"}
+
+
+def _module_of(fn) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn.__module__
+
+
+def test_every_op_keeps_its_faces_in_the_files_named_after_them():
+    """mlxnet/ops/: core/ is the machinery, every other package one family of ops, registering
+    them in its __init__.py and keeping each face in the file named after it; a family has a
+    cpu.py, kernel.py or check.py exactly where one of its ops has that face."""
+    root = Path(ops.__file__).parent
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py"], "a module outside core/ and the families"
+    families = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()} - {"core"}
+    faces_in = {family: {"definition"} for family in families}
+    for name, op in ops.REGISTRY.items():
+        family, _, file = _module_of(op.definition).removeprefix("mlxnet.ops.").partition(".")
+        assert family in families and file == "definition", f"{name}: definition in {_module_of(op.definition)}"
+        assert getattr(importlib.import_module(f"mlxnet.ops.{family}"), name) is op.dispatch, \
+            f"{name} is not registered in mlxnet/ops/{family}/__init__.py"
+        fused = op.kernel is not None and getattr(op.kernel, "__code__", None) is op.definition.__code__
+        faces = {"cpu": op.cpu, "kernel": None if fused else op.kernel, "check": op.check,
+                 "kernel_vjp": None if op.kernel_vjp is registry.DEFINITION_VJP else op.kernel_vjp}
+        for face, fn in faces.items():
+            if fn is not None:
+                assert _module_of(fn) == f"mlxnet.ops.{family}.{FACE_FILES[face]}", f"{name}: {face} in {_module_of(fn)}"
+                faces_in[family].add(FACE_FILES[face])
+    for family, files in faces_in.items():
+        present = {p.stem for p in (root / family).glob("*.py")} & set(FACE_FILES.values())
+        assert present == files, f"mlxnet/ops/{family}/ has {sorted(present)}, its ops' faces {sorted(files)}"
 
 
 def test_unknown_op_is_a_clear_error():

@@ -9,7 +9,7 @@ import mlx.nn as nn
 
 from .. import ops
 from ..errors import MlxnetError
-from ..ops.args import as_tuple
+from ..ops.core.args import as_tuple
 
 
 def _ntuple(name: str, value: int | Sequence[int], nd: int) -> tuple[int, ...]:

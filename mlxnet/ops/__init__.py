@@ -1,14 +1,21 @@
 """mlxnet's ops: one registry; each op has a definition, and optionally a CPU fast path and a
-GPU kernel (see :mod:`.registry`).
+GPU kernel (see :mod:`.core.registry`).
 
 Import an op from here (``from mlxnet.ops import layer_norm``); the dispatcher picks the face
 from the device in force when it runs.
+
+Layout: ``core/`` is the machinery every op shares (registry and dispatcher, argument helpers,
+the portable-kernel loader and launcher); every other package is one family of ops. A family
+registers its ops in ``__init__.py`` and keeps each face in the file named after it:
+``definition.py``, plus ``cpu.py``, ``kernel.py`` (with the kernel's backward) and ``check.py``
+where its ops have that face; what faces share gets a file named for it (``pooling/geometry.py``).
+A new op goes into its family's package (or a new one of that shape), its kernel into ``custom_kernels/``.
 """
-from .registry import REGISTRY, Op, get, register
+from .core.registry import REGISTRY, Op, get, register
 from .norm import layer_norm
 from .conv import conv2d, pointwise_conv_of_concat
-from .activations import gelu, sigmoid, silu
-from .attention import scaled_dot_product_attention, softmax
+from .activations import gelu, sigmoid, silu, softmax
+from .attention import scaled_dot_product_attention
 from .nms import nms
 from .dfl_decode import dfl_decode
 from . import fft  # noqa: E402  (NHWC rfft2 / irfft2)

@@ -1,0 +1,21 @@
+"""conv2d's definition: ``mx.conv2d``, plus bias, then the activation."""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from ..activations import silu
+from .check import Pair, _check_activation, _check_groups, _pair
+
+
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+           stride: int | Pair = 1, padding: int | Pair | str = 0, dilation: int | Pair = 1,
+           groups: int = 1, activation: str | None = None) -> mx.array:
+    """Conv2d on NHWC input (or one HWC sample) with an OHWI weight (``mx.conv2d`` semantics,
+    plus bias; PyTorch's argument rules, ``padding="same"`` / ``"valid"`` included), then
+    ``activation`` (None or ``"silu"``) applied to conv + bias."""
+    _check_groups(x, weight, groups)
+    _check_activation(activation)
+    y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+                  groups=groups)
+    y = y if bias is None else y + bias
+    return silu(y) if activation == "silu" else y

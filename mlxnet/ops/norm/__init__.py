@@ -1,0 +1,26 @@
+"""Normalisation ops: layer_norm (over the last axis, channels in NHWC)."""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from ..core.registry import DEFINITION_VJP, register
+from . import check, definition, kernel
+
+
+def _example() -> tuple[tuple, dict]:
+    x = mx.random.normal((2, 5, 7, 96))
+    return (x, mx.random.normal((96,)), mx.random.normal((96,))), {"eps": 1e-6}
+
+
+def _edges() -> list[tuple[tuple, dict]]:
+    tiny = mx.array([[1.0, -2.0, 0.5]])
+    return [((tiny, mx.ones((3,)), mx.zeros((3,))), {}), ((tiny,), {}),
+            ((mx.zeros((0, 3)), mx.ones((3,)), mx.zeros((3,))), {})]
+
+
+# MLX 0.32's CUDA layer norm has wrong gradients for some widths (docs/performance-notes.md,
+# "Known MLX defects"): its forward, with the definition's gradient.
+layer_norm = register("layer_norm", kernel=kernel.layer_norm, kernel_vjp=DEFINITION_VJP, check=check.layer_norm,
+                      example=_example, edge_examples=_edges)(definition.layer_norm)
+
+__all__ = ["layer_norm"]

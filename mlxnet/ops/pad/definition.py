@@ -1,0 +1,104 @@
+"""pad2d's definition: one gather with a precomputed index (crop and padding together), or
+MLX's own ``mx.pad`` of the cropped map for 'constant'; and the argument check every face
+calls first."""
+from __future__ import annotations
+
+import numbers
+from functools import lru_cache
+
+import mlx.core as mx
+import numpy as np
+
+from ...errors import MlxnetError
+from ..core.args import ints, one_line, shape_of
+
+MODES = ("reflect", "symmetric", "replicate", "constant")
+
+Pads = tuple[int, int, int, int]
+_BRIEF = 60  # characters of a bad argument's repr an error message shows
+
+
+def _kept(size: int, lo: int, hi: int) -> tuple[int, int]:
+    """(first kept index, kept length) of an axis of ``size`` whose start and end ``lo`` and
+    ``hi`` pad or, where negative, crop."""
+    start = max(-lo, 0)
+    return start, size - start - max(-hi, 0)
+
+
+def _axis(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    """Input index along one axis of every output position."""
+    start, kept = _kept(size, lo, hi)
+    i = np.arange(-max(lo, 0), kept + max(hi, 0))  # positions relative to the kept part
+    if mode == "replicate":
+        i = np.clip(i, 0, kept - 1)
+    elif mode == "reflect":  # edge not repeated
+        i = np.abs(i)
+        i = np.where(i >= kept, 2 * (kept - 1) - i, i)
+    else:  # symmetric: edge repeated
+        i = np.where(i < 0, -i - 1, i)
+        i = np.where(i >= kept, 2 * kept - 1 - i, i)
+    return start + i
+
+
+@lru_cache(maxsize=64)
+def _pad_index(h: int, w: int, top: int, bottom: int, left: int, right: int, mode: str) -> mx.array:
+    """Flat source index of every pixel of the output (h + top + bottom, w + left + right) map."""
+    index = _axis(h, top, bottom, mode)[:, None] * w + _axis(w, left, right, mode)[None, :]
+    return mx.array(index.ravel().astype(np.int32))
+
+
+def _check(x: mx.array, pads: Pads, mode: str, value: float | None = None) -> Pads:
+    """Validate a call and return its pads as 4 ints: every face calls this first, so each
+    refuses exactly what the definition refuses."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise MlxnetError(f"pad2d: unknown mode {one_line(mode, _BRIEF)}; expected one of {', '.join(MODES)}")
+    pads = ints(pads, (4,), "pads", "pad2d", "4 ints (top, bottom, left, right)")
+    if not isinstance(x, mx.array) or x.ndim < 3:
+        raise MlxnetError(f"pad2d: x must be an (..., H, W, C) array, got {shape_of(x)}")
+    if value is not None:
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise MlxnetError(f"pad2d: value must be a number, got {one_line(value, _BRIEF)}")
+        if mode != "constant" and value != 0:  # PyTorch accepts only None or 0 here too
+            raise MlxnetError(f"pad2d: mode {mode!r} takes no value (got {value!r}); value is for 'constant'")
+    h, w = x.shape[-3:-1]
+    said = f"pads {pads} (top, bottom, left, right)"
+    for size, lo, hi, unit in ((h, pads[0], pads[1], "rows"), (w, pads[2], pads[3], "columns")):
+        kept = _kept(size, lo, hi)[1]
+        crop = size - kept
+        if kept < 0:
+            raise MlxnetError(f"pad2d: {said} crop {crop} {unit} of a {h}×{w} map, which has only {size} "
+                              f"({mode} mode)")
+        grow = max(lo, hi, 0)
+        if grow == 0 or mode == "constant":
+            continue
+        cropped = " (after cropping)" if crop else ""
+        if mode == "replicate" and kept == 0:
+            raise MlxnetError(f"pad2d: {said} leave no {unit} to replicate in a {h}×{w} map{cropped}")
+        # reflect does not repeat the edge, so it reaches one pixel less than symmetric
+        limit = kept - 1 if mode == "reflect" else kept
+        if mode != "replicate" and grow > limit:
+            rule = "less than" if mode == "reflect" else "at most"
+            raise MlxnetError(f"pad2d: {said} are too wide to {mode}-pad a {h}×{w} map: each pad must be "
+                              f"{rule} the {kept} {unit} it pads{cropped}")
+    return pads
+
+
+def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = None) -> mx.array:
+    """Pad the H, W axes of ``x`` (..., H, W, C) by ``pads = (top, bottom, left, right)``, as
+    ``F.pad(x, (left, right, top, bottom), mode, value)`` pads NCHW maps; negative pads crop.
+    ``value`` (default 0) fills for mode 'constant'. Each mode is one gather (or MLX's pad), so
+    the output is the only new buffer."""
+    pads = _check(x, pads, mode, value)
+    top, bottom, left, right = pads
+    if not any(pads):
+        return x
+    h, w = x.shape[-3:-1]
+    if mode == "constant":
+        (row0, kh), (col0, kw) = _kept(h, top, bottom), _kept(w, left, right)
+        widths = [(max(top, 0), max(bottom, 0)), (max(left, 0), max(right, 0)), (0, 0)]
+        return mx.pad(x[..., row0:row0 + kh, col0:col0 + kw, :], [(0, 0)] * (x.ndim - 3) + widths,
+                      constant_values=0 if value is None else value)
+    index = _pad_index(h, w, top, bottom, left, right, mode)
+    lead, c = x.shape[:-3], x.shape[-1]
+    flat = mx.take(x.reshape(*lead, h * w, c), index, axis=-2)
+    return flat.reshape(*lead, h + top + bottom, w + left + right, c)

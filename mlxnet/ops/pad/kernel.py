@@ -1,0 +1,45 @@
+"""pad2d's GPU face: a copy kernel (custom_kernels/pad.kern) that folds each output pixel's row
+and column back into the kept map itself, so it reads no index array and writes each element
+once, moving a pixel's channels as 8- or 4-byte words where those tile its bytes. 'constant'
+is MLX's own ``mx.pad`` (the definition), already one copy kernel."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from ..core.kernel_source import PortableKernel, launch_nhwc
+from . import definition
+from .definition import Pads, _check, _kept
+
+# The mode number pad.kern reads in p[8].
+KERNEL_MODES = {"reflect": 0, "symmetric": 1, "replicate": 2}
+
+PAD = PortableKernel("pad.kern", "pad2d", ["x", "p"], ["out"])
+
+
+def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = None) -> mx.array:
+    pads = _check(x, pads, mode, value)
+    top, bottom, left, right = pads
+    if not any(pads):
+        return x
+    if mode == "constant":  # MLX's pad is already one copy kernel
+        return definition.pad2d(x, pads, mode, value)
+    h, w = x.shape[-3:-1]
+    words = _as_words(x)
+    lead, c = x.shape[:-3], words.shape[-1]
+    n = int(np.prod(lead)) if lead else 1
+    oh, ow = h + top + bottom, w + left + right
+    (row0, kh), (col0, kw) = _kept(h, top, bottom), _kept(w, left, right)
+    params = (n, h, w, c, oh, ow, max(top, 0), max(left, 0), KERNEL_MODES[mode], row0, col0, kh, kw)
+    outs = launch_nhwc(PAD, [words], params, [("T", words.dtype)], (n, oh, ow, c), [(*lead, oh, ow, c)],
+                       [words.dtype])
+    # past the launch limits, the gather definition (which has none)
+    return outs[0].view(x.dtype) if outs is not None else definition.pad2d(x, pads, mode, value)
+
+
+def _as_words(x: mx.array) -> mx.array:
+    """``x``'s bytes with each pixel's channels as 8- or 4-byte words where those tile them
+    (a view), else ``x`` itself."""
+    row = x.shape[-1] * x.dtype.size
+    word = next((d for d in (mx.uint64, mx.uint32) if row % d.size == 0), None)
+    return x if word is None or x.size == 0 else x.view(word)
