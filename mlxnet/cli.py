@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from typing import Optional
 
 import typer
@@ -19,13 +20,27 @@ app = typer.Typer(
 _options = {"debug": False}
 
 
+def _one_line_notes(ctx: typer.Context) -> None:
+    """Warnings (e.g. half precision computed in float32 on the CPU) as one ``note:`` line on
+    stderr for this command, as the command's other messages are."""
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"note: {message}", file=sys.stderr)
+    warnings.showwarning = show
+    ctx.call_on_close(lambda: setattr(warnings, "showwarning", previous))
+
+
 @app.callback()
 def main(
+    ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
     device: Optional[str] = typer.Option(
-        None, "--device", help="cpu or gpu (default: MLXNET_DEVICE, else the best available)."),
+        None, "--device", metavar="cpu|gpu", help="cpu or gpu (default: MLXNET_DEVICE, else the best available).",
+        show_default=False),
 ) -> None:
     _options["debug"] = debug
+    _one_line_notes(ctx)
     # Every MLXNET_* value is checked before any work, so a typo is one line naming the
     # variable and what it accepts; --device replaces MLXNET_DEVICE (and a problem with it).
     env.check_all()
@@ -68,7 +83,7 @@ def run() -> None:
 
 
 # Every command is one module, mlxnet/commands/<name>.py, whose function <name> is the command.
-COMMANDS = ("info", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "bench")
+COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "bench")
 for _name in COMMANDS:
     app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
 # Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.

@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from mlxnet.commands import grammar
 from mlxnet.errors import MlxnetError
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -38,8 +39,10 @@ def bench(
     models: Optional[List[str]] = typer.Argument(
         None, help="Models to time (default: resnet50 yolov8n yolov8s sam-tiny lama); --list shows all.",
         show_default=False),
-    batch: List[str] = typer.Option(["1"], "--batch", "-b", help="Batch sizes: --batch 1 8 (or 1,8)."),
-    dtype: List[str] = typer.Option(["float32"], "--dtype", help="float32, float16, bfloat16: --dtype float32 float16."),
+    batch: List[str] = typer.Option(["1"], "--batch", "-b", metavar="N", help="Batch sizes: --batch 1 8 (or 1,8)."),
+    dtype: List[str] = typer.Option(["float32"], "--dtype", metavar="DTYPE",
+                                    help="float32, float16, bfloat16: --dtype float32 float16 (each measured as "
+                                         "asked, half precision on the CPU included: bench shows its cost)."),
     compare: List[str] = typer.Option([], "--compare",
                                       help="Also time: torch (PyTorch on the same device), torch-compile, "
                                            "eager (mlxnet uncompiled)."),
@@ -48,6 +51,7 @@ def bench(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the report (machine, rows) as JSON to this file."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Print a JSON report's table as markdown and exit."),
     list_ids: bool = typer.Option(False, "--list", help="List the benchmark ids and exit."),
+    device: Optional[str] = grammar.device(),
 ) -> None:
     """Time each model's default forward: median ± spread, images/s, peak memory, launches."""
     import mlxnet
@@ -64,6 +68,7 @@ def bench(
         for alias, parts in ALIASES.items():
             print(f"{alias:18s} = {' + '.join(parts)}")
         return
+    grammar.apply_device(device)
     names, batches, dtypes = _split_values(models or [], batch, dtype)
     device = str(mlxnet.current_device())
     info = machine.describe(device)

@@ -6,17 +6,21 @@ from typing import Optional
 
 import typer
 
+from mlxnet.commands import grammar
+
 
 def check(
-    model: str = typer.Argument(..., help="Model variant (resnet50, yolov8n, sam-tiny, lama, ...)."),
+    model: str = typer.Argument(..., metavar="ID", help="Model variant (`mlxnet models` lists them)."),
     image: Optional[str] = typer.Option(None, "--image", help="Run on this image (default: random input)."),
-    weights: Optional[str] = typer.Option(None, "--weights", "-w", help="Weights id or file (default: random)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32|float16|bfloat16 for the tested run."),
+    weights: Optional[str] = grammar.weights("random"),
+    dtype: str = grammar.dtype("Precision of the tested run: float32, float16 or bfloat16 (it runs in that "
+                               "precision on every device: this is what check tests)."),
     against: str = typer.Option("cpu", "--against", help="Baseline: 'cpu' (every op's definition "
                                 "on the CPU) or 'definitions' (definitions on this device)."),
     size: int = typer.Option(224, "--size", help="Side of the random input image."),
     show_all: bool = typer.Option(False, "--all", help="List every layer, not only failures."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    device: Optional[str] = grammar.device(),
+    as_json: bool = grammar.json_lines("Print the report as JSON."),
 ) -> None:
     """Compare MODEL layer by layer with the ops' definitions; exit 1 on a divergence.
 
@@ -27,6 +31,8 @@ def check(
     from mlxnet import check as parity, families
     from mlxnet.image import load_image
 
+    grammar.apply_device(device)
+    grammar.check_dtype(dtype)
     mx.random.seed(0)
     net, inputs = families.build_for_check(model, weights, load_image(image) if image else None, size)
     report = parity.compare(net, inputs, against=against, dtype=dtype)  # type: ignore[arg-type]

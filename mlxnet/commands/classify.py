@@ -6,24 +6,26 @@ from typing import List, Optional
 
 import typer
 
+from mlxnet.commands import grammar
 from mlxnet.commands.images import Job, expand_inputs, load_model, run_jobs
 
 
 def classify(
-    images: List[str] = typer.Argument(..., help="Image files, folders (searched recursively) or quoted glob "
-                                                 "patterns ('photos/**/*.jpg')."),
-    model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="resnet18|34|50|101|152 (default: what --weights holds, else resnet50)."),
-    weights: Optional[str] = typer.Option(None, "--weights", "-w",
-                                          help="Weights id or file (default: the model's hub weights)."),
+    images: List[str] = grammar.sources(),
+    model: Optional[str] = grammar.model("resnet18|34|50|101|152", "resnet50"),
+    weights: Optional[str] = grammar.weights(),
     labels: Optional[Path] = typer.Option(None, "--labels",
                                           help="Class names: one per line, or a JSON list or {index: name} "
                                                "(default: the checkpoint's, else ImageNet's)."),
     top: int = typer.Option(5, "--top", "-k", min=1, help="How many labels per image."),
-    batch: int = typer.Option(8, "--batch", min=1, help="Images per forward pass (memory grows with it)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of text."),
+    batch: int = grammar.batch(8),
+    dtype: str = grammar.dtype(),
+    device: Optional[str] = grammar.device(),
+    as_json: bool = grammar.json_lines(),
 ) -> None:
     """Print the top labels and probabilities for each image."""
+    grammar.apply_device(device)
+    grammar.check_dtype(dtype)
     from mlxnet import families
     from mlxnet.image import load_image
     from mlxnet.weights import read_labels
@@ -33,7 +35,7 @@ def classify(
     jobs = [Job(source) for source in expand_inputs(images)]
     run_jobs(
         jobs, batch, what="classify", as_json=as_json,
-        load=lambda: load_model(lambda: family.predictor(weights, model, names=names)),
+        load=lambda: load_model(lambda: family.predictor(weights, model, dtype, names=names)),
         prepare=lambda job: load_image(job.source.path),
         predict=lambda classifier, pixels: classifier.predict(pixels, top),
         finish=lambda job, _pixels, result: (result.to_dict(), f"{job.name}\n{result.summary()}"))

@@ -4,15 +4,18 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+
+from mlxnet.commands import grammar
 from rich.console import Console
 
 
 def convert(
-    src: str = typer.Argument(..., help="PyTorch checkpoint (.pt/.pth/.ckpt, read without running pickled code), "
+    src: str = typer.Argument(..., metavar="SOURCE", help="PyTorch checkpoint (.pt/.pth/.ckpt, read without running pickled code), "
                               "safetensors file, or a model id to fetch from the Hub."),
-    dst: str = typer.Argument(..., help="Output .safetensors file (mlxnet layout)."),
-    model: str = typer.Option(..., "--model", help="Weight spec id: the key table and layouts to apply."),
-    dtype: str = typer.Option("float32", "--dtype",
+    dst: str = typer.Argument(..., metavar="OUTPUT", help="Output .safetensors file (mlxnet layout)."),
+    model: str = typer.Option(..., "--model", "-m", metavar="ID",
+                              help="Weight spec id: the key table and layouts to apply (`mlxnet models`)."),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
                               help="Dtype of the written floats: float32 (default, whatever the checkpoint "
                                    "stores), float16 or bfloat16. Every step runs in float32; the cast is last."),
     fold_bn: bool = typer.Option(False, "--fold-bn", help="Fold BatchNorms into the convs the spec pairs them with "
@@ -20,9 +23,11 @@ def convert(
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class names to store with the weights: a file with one per line, "
                                               "or a JSON list / {index: name} object (default: the checkpoint's own)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite DST if it exists."),
+    force: bool = grammar.force("Replace OUTPUT if it exists (without it, an existing file is refused)."),
+    device: Optional[str] = grammar.device(),
 ) -> None:
-    """Convert a PyTorch checkpoint into mlxnet safetensors (SRC is never modified)."""
+    """Convert a PyTorch checkpoint into mlxnet safetensors (SOURCE is never modified)."""
+    grammar.apply_device(device)
     from mlxnet.weights import convert_checkpoint, load_safetensors, read_labels
 
     names = read_labels(labels) if labels else None

@@ -7,21 +7,17 @@ from typing import List, Optional
 import numpy as np
 import typer
 
-from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, run_jobs
+from mlxnet.commands import grammar
+from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file, run_jobs
 from mlxnet.errors import MlxnetError
 
 
 def detect(
-    images: List[str] = typer.Argument(..., help="Image files, folders (searched recursively) or quoted glob "
-                                                 "patterns ('photos/**/*.jpg')."),
-    output: Path = typer.Option(..., "--output", "-o",
-                                help="Folder for the annotated copies: a file's copy has its name, a folder's "
-                                     "images keep their paths below it."),
-    model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="yolov8n|s|m|l|x (default: what --weights holds, else yolov8n)."),
-    weights: Optional[str] = typer.Option(None, "--weights", "-w",
-                                          help="Weights id or file: ultralytics .pt or converted safetensors "
-                                               "(default: the model's official checkpoint from the hub)."),
+    images: List[str] = grammar.sources(),
+    output: str = grammar.output(),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
+    weights: Optional[str] = grammar.weights("the model's official checkpoint from the hub; files: "
+                                             "ultralytics .pt or converted safetensors"),
     labels: Optional[Path] = typer.Option(None, "--labels",
                                           help="Class names: one per line, or a JSON list or {index: name} "
                                                "(default: the checkpoint's, else COCO's)."),
@@ -29,10 +25,14 @@ def detect(
     iou: float = typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold."),
     imgsz: int = typer.Option(640, "--imgsz", help="Inference size (long side, multiple of 32)."),
     max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per image."),
-    batch: int = typer.Option(8, "--batch", min=1, help="Images per forward pass (memory grows with it)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of text."),
+    batch: int = grammar.batch(8),
+    dtype: str = grammar.dtype(),
+    device: Optional[str] = grammar.device(),
+    as_json: bool = grammar.json_lines(),
 ) -> None:
-    """Detect objects in each image and write a labelled copy under OUTPUT."""
+    """Detect objects in each image and write a labelled copy to OUTPUT."""
+    grammar.apply_device(device)
+    grammar.check_dtype(dtype)
     from mlxnet import families
     from mlxnet.image import load_image, save_image
     from mlxnet.weights import read_labels
@@ -41,7 +41,10 @@ def detect(
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
     names = read_labels(labels) if labels is not None else None
-    jobs = [Job(source, (mirror(source, output),)) for source in expand_inputs(images, skip=output)]
+    if names_one_file(images, output):
+        jobs = [Job(source, (Path(output),)) for source in expand_inputs(images)]
+    else:
+        jobs = [Job(source, (mirror(source, Path(output)),)) for source in expand_inputs(images, skip=Path(output))]
     check_outputs(jobs)
 
     def finish(job: Job, image: np.ndarray, det) -> tuple[dict, str]:
@@ -52,7 +55,7 @@ def detect(
 
     run_jobs(
         jobs, batch, what="detect", as_json=as_json,
-        load=lambda: load_model(lambda: family.predictor(weights, model, names=names)),
+        load=lambda: load_model(lambda: family.predictor(weights, model, dtype, names=names)),
         prepare=lambda job: load_image(job.source.path),
         predict=lambda detector, pixels: detector.predict(pixels, conf=conf, iou=iou, imgsz=imgsz, max_det=max_det),
         finish=finish)

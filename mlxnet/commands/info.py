@@ -1,14 +1,18 @@
 """`mlxnet info`: versions, back end, device, BLAS, CPU primitives and memory."""
 from __future__ import annotations
 
+from typing import Optional
+
 from rich.console import Console
 from rich.table import Table
 
 import mlxnet
+from mlxnet.commands import grammar
 
 
-def info() -> None:
+def info(device: Optional[str] = grammar.device()) -> None:
     """MLX version, back end, device, BLAS and memory."""
+    grammar.apply_device(device)
     import platform
 
     import mlx.core as mx

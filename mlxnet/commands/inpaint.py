@@ -15,6 +15,7 @@ from typing import Callable, List, Optional
 import numpy as np
 import typer
 
+from mlxnet.commands import grammar
 from mlxnet.commands.images import (Job, Source, check_outputs, expand_inputs, load_model, mirror,
                                     names_one_file, run_jobs)
 from mlxnet.errors import MlxnetError
@@ -42,34 +43,32 @@ def mask_finder(folder: Path) -> Callable[[Source], Path]:
 
 
 def inpaint(
-    images: List[str] = typer.Argument(..., metavar="IMAGE",
-                                       help="Image files, folders (searched recursively) or quoted glob patterns."),
+    images: List[str] = grammar.sources(),
     mask: str = typer.Argument(..., metavar="MASK",
                                help="Mask (non-black pixels are filled): one image file for every image, "
                                     "or a folder of masks with the images' relative paths."),
-    output: str = typer.Option(..., "--output", "-o",
-                               help="One image: the file to write (.png, .jpg). Several, a folder or a pattern: "
-                                    "a folder (outputs keep the inputs' relative paths)."),
-    weights: str = typer.Option("lama", "--weights", "-w",
-                                help="Weights id (lama, lama-fourier) or file (.ckpt, .safetensors)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Variant of a weights file: lama or lama-fourier "
-                                             "(default: from a converted file, else lama)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16."),
+    output: str = grammar.output(),
+    weights: Optional[str] = grammar.weights("big-lama's weights from the hub (or lama-fourier's); files: "
+                                             ".ckpt or safetensors"),
+    model: Optional[str] = grammar.model("lama|lama-fourier", "lama"),
+    dtype: str = grammar.dtype(),
     resize_mask: bool = typer.Option(False, "--resize-mask",
                                      help="Resize a mask of another size to its image (nearest)."),
-    batch: int = typer.Option(1, "--batch", min=1, help="Images read at a time (each runs on its own)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of a line."),
+    batch: int = grammar.batch(1, "Images read at a time (each runs on its own)."),
+    device: Optional[str] = grammar.device(),
+    as_json: bool = grammar.json_lines(),
 ) -> None:
-    """Inpaint each IMAGE where its MASK is set and write the result to OUTPUT."""
+    """Inpaint each SOURCE where its MASK is set and write the result to OUTPUT."""
+    grammar.apply_device(device)
     import mlx.core as mx
 
     import mlxnet
     from mlxnet import families
+    from mlxnet.dtypes import computes_in
     from mlxnet.image import load_image, load_mask, resize_pil, save_image
 
-    if dtype not in ("float32", "float16", "bfloat16"):
-        raise MlxnetError(f"unknown dtype {dtype!r}: expected float32, float16 or bfloat16")
+    grammar.check_dtype(dtype)
+    weights = weights or model or "lama"
     one_output, one_mask = names_one_file(images, output), not os.path.isdir(mask)
     sources = expand_inputs(images) if one_output else expand_inputs(images, skip=Path(output))
     mask_of = (lambda source: Path(mask)) if one_mask else mask_finder(Path(mask))
@@ -103,9 +102,9 @@ def inpaint(
         result, seconds = timed
         save_image(result.render(item[0]), out_path)
         record = {"mask": str(mask_file), "output": str(out_path), **result.to_dict(), "weights": weights,
-                  "dtype": dtype, "backend": mlxnet.backend(), "seconds": round(seconds, 4),
+                  "dtype": computes_in(dtype), "backend": mlxnet.backend(), "seconds": round(seconds, 4),
                   "peak_memory_mb": round(mx.get_peak_memory() / 2**20, 1)}
-        return record, f"{out_path}: {result.summary()} in {seconds:.2f} s ({mlxnet.backend()}, {dtype})"
+        return record, f"{out_path}: {result.summary()} in {seconds:.2f} s ({mlxnet.backend()}, {computes_in(dtype)})"
 
     run_jobs(
         jobs, batch, what="inpaint", as_json=as_json,

@@ -1,19 +1,23 @@
 """`mlxnet ops`: which face of each op runs on which back end."""
 from __future__ import annotations
 
+from typing import Optional
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 import mlxnet
+from mlxnet.commands import grammar
 
 
-def ops() -> None:
+def ops(device: Optional[str] = grammar.device()) -> None:
     """Which face of each op runs where: definition, CPU fast path or GPU kernel.
 
     Every op has a definition; some have a CPU fast path, a GPU kernel or both."""
     from mlxnet.device import gpu_backend
 
+    grammar.apply_device(device)
     gpu = gpu_backend()
     # Metal and CUDA run the same path (one portable source), so they share a column; every
     # cell is a single word or file name and never wraps (fits 80 columns).

@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import typer
 
+from mlxnet.commands import grammar
 from mlxnet.commands.images import (Job, check_outputs, expand_inputs, load_model, mirror, names_one_file,
                                     run_jobs)
 from mlxnet.errors import MlxnetError
@@ -65,19 +66,16 @@ def mask_path(output: Path) -> Path:
 
 
 def segment(
-    images: List[str] = typer.Argument(..., help="Image files, folders (searched recursively) or quoted glob "
-                                                 "patterns ('photos/**/*.jpg')."),
-    output: str = typer.Option(..., "--output", "-o",
-                               help="One image: the overlay to write (the mask goes to OUT.mask.png). Several, a "
-                                    "folder or a pattern: a folder (overlays keep the inputs' relative paths, "
-                                    "masks beside them as NAME.mask.png)."),
+    images: List[str] = grammar.sources(),
+    output: str = grammar.output(grammar.OUTPUT_HELP + " Each overlay's mask is beside it as NAME.mask.png."),
     point: List[str] = typer.Option([], "--point", "-p", help="Prompt point X,Y in pixels (repeatable)."),
     label: List[int] = typer.Option([], "--label", "-l", help="1 foreground / 0 background, one per --point "
                                                               "(default: all 1)."),
     box: Optional[str] = typer.Option(None, "--box", "-b", help="Prompt box X1,Y1,X2,Y2 in pixels."),
     everything: bool = typer.Option(False, "--everything", help="Segment everything (point grid) instead."),
-    weights: str = typer.Option("sam-tiny", "--weights", "-w",
-                                help="Weights id or file: MobileSAM's mobile_sam.pt or a safetensors file."),
+    model: Optional[str] = grammar.model("sam-tiny", "sam-tiny"),
+    weights: Optional[str] = grammar.weights("sam-tiny's weights from the hub; files: MobileSAM's mobile_sam.pt "
+                                             "or safetensors"),
     multimask: Optional[bool] = typer.Option(None, "--multimask/--single-mask",
                                              help="Predict 3 masks and keep the best (default: only for a lone "
                                                   "point, as SAM recommends)."),
@@ -87,10 +85,14 @@ def segment(
     stability_thresh: float = typer.Option(0.95, "--stability-thresh", help="--everything: stability cutoff."),
     stability_offset: float = typer.Option(1.0, "--stability-offset", help="--everything: logit offset."),
     nms_thresh: float = typer.Option(0.7, "--nms-thresh", min=0.0, max=1.0, help="--everything: box NMS IoU."),
-    batch: int = typer.Option(1, "--batch", min=1, help="Images read at a time (each runs on its own)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (one object per image) instead of text."),
+    batch: int = grammar.batch(1, "Images read at a time (each runs on its own)."),
+    dtype: str = grammar.dtype(),
+    device: Optional[str] = grammar.device(),
+    as_json: bool = grammar.json_lines(),
 ) -> None:
     """Segment an object from point/box prompts, or everything with --everything."""
+    grammar.apply_device(device)
+    grammar.check_dtype(dtype)
     from mlxnet import families
     from mlxnet.image import load_image, save_image
 
@@ -109,7 +111,7 @@ def segment(
             overlay = mirror(source, folder)
             jobs.append(Job(source, (overlay, overlay.with_name(f"{overlay.stem}.mask.png"))))
     check_outputs(jobs)
-    family = families.for_task("sam-tiny", "segment")
+    family = families.for_task(model or "sam-tiny", "segment")
 
     def prepare(job: Job) -> np.ndarray:
         pixels = load_image(job.source.path)
@@ -134,7 +136,7 @@ def segment(
 
     run_jobs(
         jobs, batch, what="segment", as_json=as_json,
-        load=lambda: load_model(lambda: family.predictor(weights, "sam-tiny")),
+        load=lambda: load_model(lambda: family.predictor(weights or model or "sam-tiny", model or "sam-tiny", dtype)),
         prepare=prepare,
         predict=lambda predictor, items: [run(predictor, pixels) for pixels in items],
         finish=finish)

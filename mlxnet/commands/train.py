@@ -7,20 +7,21 @@ from typing import Optional
 
 import typer
 
+from mlxnet.commands import grammar
+
 train = typer.Typer(name="train", no_args_is_help=True, help="Fine-tune a model on your own images.")
 
 
 @train.command("classify")
 def classify(
-    data: Path = typer.Argument(..., help="ImageFolder tree: DATA_DIR/<class>/<images> (sub-folders allowed)."),
-    model: str = typer.Option("resnet18", "--model", "-m", help="resnet18|34|50|101|152."),
-    weights: Optional[str] = typer.Option(None, "--weights", "-w",
-                                          help="Start from this id or file (default: the model's ImageNet "
-                                               "weights from the hub; 'none': random)."),
-    output: Path = typer.Option(Path("runs/classify"), "--output", "-o",
-                                help="Folder for last.safetensors (resumable state) and model.safetensors."),
+    data: Path = typer.Argument(..., metavar="DATA_DIR",
+                                help="ImageFolder tree: DATA_DIR/<class>/<images> (sub-folders allowed)."),
+    model: str = typer.Option("resnet18", "--model", "-m", metavar="ID", help="resnet18|34|50|101|152."),
+    weights: Optional[str] = grammar.weights("the model's ImageNet weights from the hub; 'none': untrained"),
+    output: Path = grammar.output("Folder for last.safetensors (resumable state) and model.safetensors.",
+                                  Path("runs/classify")),
     epochs: int = typer.Option(10, "--epochs", min=1),
-    batch: int = typer.Option(32, "--batch", min=1, help="Global batch: split over the processes."),
+    batch: int = grammar.batch(32, "Global batch: split over the processes."),
     lr: float = typer.Option(0.01, "--lr", help="Peak learning rate."),
     optimizer: str = typer.Option("sgd", "--optimizer", help="sgd (momentum) or adamw."),
     momentum: float = typer.Option(0.9, "--momentum"),
@@ -31,7 +32,7 @@ def classify(
     val_split: float = typer.Option(0.1, "--val-split", min=0, max=0.99,
                                     help="Fraction of each class held out for validation (0: none)."),
     val: Optional[Path] = typer.Option(None, "--val", help="A validation ImageFolder instead of --val-split."),
-    dtype: str = typer.Option("float32", "--dtype", "--precision",
+    dtype: str = typer.Option("float32", "--dtype", "--precision", metavar="DTYPE",
                               help="float32, or bfloat16 compute with float32 master weights."),
     batchnorm: str = typer.Option("frozen", "--batchnorm",
                                   help="frozen: keep the statistics (fine-tuning; N processes take one "
@@ -39,6 +40,8 @@ def classify(
                                        "after each epoch (training from random weights)."),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/last.safetensors."),
+    force: bool = grammar.force("Replace a run already in OUTPUT (without it, an existing run is refused)."),
+    device: Optional[str] = grammar.device(),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1,
                                             help="Stop after this many optimizer steps in all (a smoke run)."),
 ) -> None:
@@ -47,7 +50,9 @@ def classify(
     classify ...` (the same options; --batch stays the global batch)."""
     from mlxnet.training.loop import TrainConfig, train as run
 
+    grammar.apply_device(device)
     run(TrainConfig(data=str(data), model=model, weights=weights, output=str(output), epochs=epochs, batch=batch,
                     lr=lr, optimizer=optimizer, momentum=momentum, weight_decay=weight_decay, schedule=schedule,
                     warmup=warmup, size=size, val_split=val_split, val_dir=str(val) if val else None,
-                    precision=dtype, batchnorm=batchnorm, seed=seed, resume=resume, max_steps=max_steps))
+                    precision=dtype, batchnorm=batchnorm, seed=seed, resume=resume, force=force,
+                    max_steps=max_steps))

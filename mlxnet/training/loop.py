@@ -65,6 +65,7 @@ class TrainConfig:
     batchnorm: str = "frozen"  # see the module docstring
     seed: int = 0
     resume: bool = False
+    force: bool = False  # start over in a folder that holds a run
     max_steps: int | None = None
     log: Callable[[str], None] = field(default=print, repr=False)
 
@@ -172,10 +173,17 @@ def _check(cfg: TrainConfig, n_train: int) -> None:
 
 
 def _check_outputs(cfg: TrainConfig, out: Path) -> None:
-    """Before any work: both files can be written there, and neither is the file we start from."""
+    """Before any work: a run already in the folder is continued (--resume) or replaced
+    (--force), never silently overwritten; both files can be written there, and neither is the
+    file we start from."""
     start = [Path(cfg.weights)] if cfg.weights and Path(cfg.weights).is_file() else []
     for name in ("last.safetensors", "model.safetensors"):
         check_output_path(out / name, start, kind="file")
+    held = [name for name in ("model.safetensors", "last.safetensors") if (out / name).exists()]
+    if held and not (cfg.resume or cfg.force):
+        state = "a finished run" if held[0] == "model.safetensors" else "an unfinished run"
+        raise MlxnetError(f"{out} holds {state} ({held[0]}); pass --resume to continue it, --force to "
+                          f"replace it, or another -o")
 
 
 def train(cfg: TrainConfig) -> list[EpochReport]:

@@ -1,0 +1,88 @@
+"""One grammar for every command: the shared arguments and options, spelled and explained once.
+
+| element | meaning |
+|---|---|
+| `SOURCE...` | image files, folders (searched recursively) or quoted glob patterns |
+| `-o/--output PATH` | where results go: a folder; with one source, a path with an image extension names the file itself |
+| `-m/--model ID` | the model variant (`mlxnet models` lists them) |
+| `-w/--weights ID\\|FILE\\|random` | a hub id, a local file, or seeded random weights (offline trials) |
+| `--dtype float32\\|float16\\|bfloat16` | compute precision; half precision on the CPU computes in float32, with a note |
+| `--device cpu\\|gpu` | before or after the command name |
+| `--batch N` | images per forward (or training batch) |
+| `--json` | JSON Lines on stdout (one object per image); progress and notes go to stderr |
+| `--force` | replace what a command would otherwise refuse to overwrite |
+
+Overwrite rules: no command ever writes over one of its inputs. Image commands (detect, segment,
+inpaint) write into `-o` and replace their own earlier results of the same name there; `convert`
+refuses an existing file and `train` an existing run unless `--force` (or `--resume` to continue).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+SOURCES_HELP = "Image files, folders (searched recursively) or quoted glob patterns ('photos/**/*.jpg')."
+OUTPUT_HELP = ("Folder for the results (inputs keep their relative paths below it); with one source, "
+               "a path with an image extension (.png, .jpg) is the file itself.")
+
+
+def sources(help: str = SOURCES_HELP) -> Any:
+    return typer.Argument(..., metavar="SOURCE...", help=help, show_default=False)
+
+
+def output(help: str = OUTPUT_HELP, default: Any = ...) -> Any:
+    return typer.Option(default, "--output", "-o", metavar="PATH", help=help,
+                        show_default=default is not ...)
+
+
+def model(task_ids: str, default: str) -> Any:
+    return typer.Option(None, "--model", "-m", metavar="ID",
+                        help=f"{task_ids} (default: what --weights holds, else {default}; `mlxnet models` lists all).")
+
+
+def weights(default_help: str = "the model's official weights from the hub", default: Optional[str] = None) -> Any:
+    return typer.Option(default, "--weights", "-w", metavar="ID|FILE|random",
+                        help=f"Weights: a hub id, a local file, or 'random' (seeded, for trying a command "
+                             f"offline). Default: {default_help}.", show_default=False)
+
+
+def dtype(help: str = "Compute precision: float32, float16 or bfloat16 (on the CPU half precision "
+                      "computes in float32, with a note).") -> Any:
+    return typer.Option("float32", "--dtype", metavar="DTYPE", help=help)
+
+
+def device() -> Any:
+    return typer.Option(None, "--device", metavar="cpu|gpu",
+                        help="cpu or gpu (also accepted before the command; default: MLXNET_DEVICE, "
+                             "else the best available).", show_default=False)
+
+
+def batch(default: int, help: str = "Images per forward pass (memory grows with it).") -> Any:
+    return typer.Option(default, "--batch", min=1, metavar="N", help=help)
+
+
+def json_lines(help: str = "Print JSON Lines (one object per image) instead of text.") -> Any:
+    return typer.Option(False, "--json", help=help)
+
+
+def force(help: str) -> Any:
+    return typer.Option(False, "--force", help=help)
+
+
+def apply_device(name: Optional[str]) -> None:
+    """``--device`` given after the command name: the same as before it."""
+    if name:
+        import mlxnet
+
+        mlxnet.use_device(name)  # type: ignore[arg-type]
+
+
+def check_dtype(name: str) -> str:
+    from mlxnet.errors import MlxnetError
+
+    if name not in DTYPE_NAMES:
+        raise MlxnetError(f"--dtype: expected float32, float16 or bfloat16, got {name!r}")
+    return name
