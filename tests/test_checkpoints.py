@@ -1,6 +1,6 @@
 """Real users' checkpoints: custom-trained YOLOv8 (other class counts, names, float16, as `yolo
 train` saves them), fine-tuned torchvision ResNets, files from a model's own save_weights, and
-exact (float32) conversion. Goldens from scripts/golden_custom.py (ultralytics 8.4, torchvision)."""
+exact (float32) conversion. Goldens from scripts/goldens/golden_custom.py (ultralytics 8.4, torchvision)."""
 from __future__ import annotations
 
 import json

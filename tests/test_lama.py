@@ -1,6 +1,6 @@
 """LaMa port vs the reference (advimman/lama) goldens: generator, pipeline, dtypes, weights, CLI.
 
-Fixtures come from scripts/golden_lama.py: seeded weights (mlxnet/weights/seeded.py, same seed
+Fixtures come from scripts/goldens/golden_lama.py: seeded weights (mlxnet/weights/seeded.py, same seed
 here), a 2×4×64×64 generator input, and a 60×52 image + grey-level mask run through the
 reference's predict path (pad to 8 with 'symmetric', binarise, blend, crop). Tolerances,
 relative to the largest magnitude: float32 1e-4 (5e-3 on CUDA: TF32), float16 2e-3,

@@ -1,4 +1,4 @@
-"""ResNet port: goldens from torchvision (scripts/golden_resnet.py), training, CLI."""
+"""ResNet port: goldens from torchvision (scripts/goldens/golden_resnet.py), training, CLI."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +18,7 @@ from mlxnet.weights.seeded import seeded_state_dict
 from testutil import assert_close
 
 FIXTURES = Path(__file__).parent / "fixtures" / "resnet"
-SEED = 1234  # as in scripts/golden_resnet.py
+SEED = 1234  # as in scripts/goldens/golden_resnet.py
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""SAM-tiny (MobileSAM) against MobileSAM's own code: goldens from scripts/golden_sam.py.
+"""SAM-tiny (MobileSAM) against MobileSAM's own code: goldens from scripts/goldens/golden_sam.py.
 
 Weights are regenerated from the seed (mlxnet/weights/seeded.py) with the reference's state-dict
 shapes, and go through the same key table / layout conversion as ``mobile_sam.pt``.
@@ -350,7 +350,7 @@ def test_segment_everything_command(predictor32, tmp_path, monkeypatch):
 
 
 def synthetic_prediction(points: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """Same formula as scripts/golden_sam.py: disc-shaped logits and made-up IoU predictions."""
+    """Same formula as scripts/goldens/golden_sam.py: disc-shaped logits and made-up IoU predictions."""
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
     radii, slopes = np.array([8.0, 16.0, 28.0]), np.array([2.0, 0.25, 1.0])
     d = np.sqrt((xx[None] - points[:, 0, None, None]) ** 2 + (yy[None] - points[:, 1, None, None]) ** 2)

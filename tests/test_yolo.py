@@ -1,4 +1,4 @@
-"""YOLOv8 against ultralytics 8.4 (goldens from scripts/golden_yolo.py, seeded weights).
+"""YOLOv8 against ultralytics 8.4 (goldens from scripts/goldens/golden_yolo.py, seeded weights).
 
 Tolerances: fp32 on the CPU, decoded boxes within 1e-5 x their largest magnitude (pixels) and
 scores within 1e-5 absolute; fp32 on a GPU (kernels on; CUDA convolutions may use TF32) 1e-3;

@@ -18,7 +18,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "yolo"
 
 
 def _golden_script():
-    spec = importlib.util.spec_from_file_location("golden_yolo", ROOT / "scripts" / "golden_yolo.py")
+    spec = importlib.util.spec_from_file_location("golden_yolo", ROOT / "scripts" / "goldens" / "golden_yolo.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,7 +1,7 @@
 """big-lama's generator in plain PyTorch, for benchmarks where the reference code is absent.
 
 The same modules and state-dict keys as advimman/lama's ``FFCResNetGenerator`` configured by
-big-lama.yaml (no LFU, no gating, no SE): scripts/golden_lama.py checks that this module,
+big-lama.yaml (no LFU, no gating, no SE): scripts/goldens/golden_lama.py checks that this module,
 given the reference's state dict (strict load), returns the reference's output bit for bit.
 Depends on torch only (the reference also imports kornia, pytorch_lightning, cv2).
 """

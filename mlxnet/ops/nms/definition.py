@@ -8,7 +8,7 @@ trick), so boxes of different classes never overlap and one pass handles every c
 The reference is exact and runs on the host: the loop is inherently sequential and touches
 only the few hundred candidates left after the confidence threshold, so the inputs are read
 back once and the work is ``kept x candidates`` vectorised numpy steps. No GPU kernel: see
-``scripts/bench_ops.py`` (NMS is a small fraction of YOLOv8's forward pass on every device).
+``scripts/bench/bench_ops.py`` (NMS is a small fraction of YOLOv8's forward pass on every device).
 """
 from __future__ import annotations
 

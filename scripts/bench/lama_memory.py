@@ -1,6 +1,6 @@
 """Peak memory and time of one LaMa (big-lama) inpainting at high resolution.
 
-    python scripts/lama_memory.py 1024 2048 [--dtype float16] [--device cpu|gpu]
+    python scripts/bench/lama_memory.py 1024 2048 [--dtype float16] [--device cpu|gpu]
 
 Each size runs in a fresh process (so peaks do not mix) with random weights (memory does not
 depend on the values) and a centred square hole. Reports MLX's peak allocation

@@ -1,9 +1,9 @@
 """Golden outputs for the SAM-tiny port, from MobileSAM's own code (github ChaoningZhang/MobileSAM).
 
 Runs where torch and torchvision import, with MobileSAM's ``mobile_sam``
-package copied into ``.ref-sam/`` (git-ignored; never committed; see scripts/sam_reference.py):
+package copied into ``.ref-sam/`` (git-ignored; never committed; see scripts/goldens/sam_reference.py):
 
-    python scripts/golden_sam.py OUTDIR
+    python scripts/goldens/golden_sam.py OUTDIR
 
 Weights come from mlxnet/weights/seeded.py (seed below, same in the tests), so the fixtures hold
 only inputs, outputs and a few intermediates:
@@ -28,7 +28,7 @@ import torch
 from PIL import Image
 from safetensors.numpy import save_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
 seeded = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(seeded)
@@ -36,7 +36,7 @@ spec.loader.exec_module(seeded)
 SEED = 2024
 LOWRES_STRIDE = (5, 3)  # rows, cols of 256×256 logits kept (coprime with the ×4 upscaling)
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "goldens"))
 import sam_reference  # noqa: E402
 
 mobile_sam = sam_reference.package()

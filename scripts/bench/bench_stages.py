@@ -1,6 +1,6 @@
 """Compiled stages against their alternatives, alternating call by call in one process (GPU).
 
-    python scripts/bench_stages.py [--only yolov8s yolov8m lama sam] [--batch 1 8] [--dtype float32 float16]
+    python scripts/bench/bench_stages.py [--only yolov8s yolov8m lama sam] [--batch 1 8] [--dtype float32 float16]
 
 For YOLOv8 it times the model's own forward (staged from YOLOv8's STAGED_MIN_WORK, else one
 graph) against the whole forward compiled as one graph; for LaMa and SAM-tiny's TinyViT the

@@ -1,7 +1,7 @@
 """A short run of the toolkit on whatever CPU runs it: CI runs it under qemu-user with CPUs
 that lack AVX-512 (and AVX), where a library built for the wrong CPU dies with SIGILL.
 
-    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/cpu_smoke.py
+    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/checks/cpu_smoke.py
 
 It imports mlxnet, multiplies matrices through the bound BLAS, runs LAPACK (inv, svd, eigh),
 every op's example on the CPU (with the CPU primitives built for this CPU), and `mlxnet check

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlxnet.benchmark.torch_twins import mobile_sam
 
-REF = Path(__file__).resolve().parents[1] / ".ref-sam"
+REF = Path(__file__).resolve().parents[2] / ".ref-sam"
 
 
 def package():

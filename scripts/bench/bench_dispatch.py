@@ -1,6 +1,6 @@
 """Host cost of MLX's GPU dispatch: per op, and per model forward, under MLX's own settings.
 
-    python scripts/bench_dispatch.py [--env MLX_USE_CUDA_GRAPHS=0 ...] [--only resnet50 yolov8m]
+    python scripts/bench/bench_dispatch.py [--env MLX_USE_CUDA_GRAPHS=0 ...] [--only resnet50 yolov8m]
 
 MLX's CUDA back end records kernels into CUDA graphs of up to MLX_MAX_OPS_PER_BUFFER nodes
 (MLX_USE_CUDA_GRAPHS=0 launches them one by one). Those settings are read once per process, so

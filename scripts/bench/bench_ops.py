@@ -1,7 +1,7 @@
 """Op speed on the current device: mlxnet (kernel on a GPU, reference on CPU) vs MLX's
 built-in and PyTorch (CUDA when torch sees a GPU, else CPU; NCHW), in one run.
 
-    python scripts/bench_ops.py [--only SUBSTRING ...] [--json out.json] [--scale 0.25]
+    python scripts/bench/bench_ops.py [--only SUBSTRING ...] [--json out.json] [--scale 0.25]
 
 Each case is timed as the median over several batches of back-to-back calls (MLX: the lazy
 graph of a batch is built untimed, then evaluated; PyTorch: launched, then synchronised), so
@@ -125,7 +125,7 @@ POOLING = [
 
 # ---- conv_transpose ----------------------------------------------------------------------
 # (label, input NHWC / NLC, C_out, kernel, stride, padding, output_padding, groups). The first
-# seven are LaMa's and SAM's upsamplers (also the CPU table of scripts/bench_conv_transpose.py,
+# seven are LaMa's and SAM's upsamplers (also the CPU table of scripts/bench/bench_conv_transpose.py,
 # which adds MLX's CPU built-in and the backward passes).
 CONV_TRANSPOSE_SHAPES = [
     ("LaMa up", (1, 64, 64, 256), 128, 3, 2, 1, 1, 1),

@@ -1,6 +1,6 @@
 """Golden outputs for custom-trained checkpoints, from the reference implementations.
 
-    python scripts/golden_custom.py OUTDIR [--save-checkpoints]
+    python scripts/goldens/golden_custom.py OUTDIR [--save-checkpoints]
 
 Runs where ultralytics and torchvision import (here: a private folder on PYTHONPATH holding
 ultralytics 8.4 and torchvision 0.28 for torch 2.13's CPU build). Weights come from

@@ -1,7 +1,7 @@
 """MLX's Linux CPU speed with and without mlxnet's OpenBLAS binding, in one run.
 
 Each configuration runs in its own process (the binding holds for the whole process):
-    python scripts/bench_blas.py
+    python scripts/bench/bench_blas.py
 """
 from __future__ import annotations
 

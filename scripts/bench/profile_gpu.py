@@ -1,6 +1,6 @@
 """Where a model's GPU time goes, per kernel, mlxnet beside PyTorch, in one process.
 
-    python scripts/profile_gpu.py --only yolov8m lama-512 --batch 8 --dtype float16 [--out DIR]
+    python scripts/bench/profile_gpu.py --only yolov8m lama-512 --batch 8 --dtype float16 [--out DIR]
 
 For each `mlxnet bench` workload it runs a few forwards of mlxnet's default path and of
 PyTorch eager under torch.profiler. CUPTI records every kernel the process launches, MLX's

@@ -5,7 +5,7 @@ folder ``.ref-lama/`` (saicinpainting/{utils,training/modules/*,evaluation/data}
 configs/training/big-lama.yaml; the commit is in .ref-lama/COMMIT). Needs torch, PyYAML and
 kornia (imported by ffc.py's module header only)::
 
-    python scripts/golden_lama.py tests/fixtures/lama
+    python scripts/goldens/golden_lama.py tests/fixtures/lama
 
 Two modules that the reference imports at module level but that these code paths never call are
 stubbed: ``pytorch_lightning`` (saicinpainting/utils.py imports ``seed_everything``) and ``cv2``
@@ -29,7 +29,7 @@ import torch
 import yaml
 from safetensors.numpy import save_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REF = ROOT / ".ref-lama"
 SEED = 2024
 

@@ -1,6 +1,6 @@
 """Training throughput with 1 and with N processes on this machine (mlx.launch, ring back end).
 
-    python scripts/bench_train_scaling.py [--ranks 2] [--model resnet18] [--size 96] [--batch 16]
+    python scripts/bench/bench_train_scaling.py [--ranks 2] [--model resnet18] [--size 96] [--batch 16]
 
 Builds a synthetic ImageFolder (4 classes of noisy colours) in a temporary folder, runs
 ``mlxnet train classify`` on it for two epochs with the same global batch in one process and

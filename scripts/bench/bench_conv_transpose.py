@@ -1,9 +1,9 @@
-"""Transposed convolutions beyond scripts/bench_ops.py (whose conv_transpose section times the
+"""Transposed convolutions beyond scripts/bench/bench_ops.py (whose conv_transpose section times the
 forward methods on one device): the CPU table with MLX's very slow CPU built-in, and on a GPU the
 backward methods the dispatcher picks from.
 
-    python scripts/bench_conv_transpose.py            # CPU: mlxnet vs MLX built-in vs PyTorch
-    python scripts/bench_conv_transpose.py --gpu      # GPU: backward methods, fwd+bwd totals
+    python scripts/bench/bench_conv_transpose.py            # CPU: mlxnet vs MLX built-in vs PyTorch
+    python scripts/bench/bench_conv_transpose.py --gpu      # GPU: backward methods, fwd+bwd totals
 
 Times are milliseconds per call: the minimum over repetitions on CPU (shared cores make the
 median noisy); on GPU the median, each repetition queueing a few calls before one sync.

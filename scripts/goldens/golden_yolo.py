@@ -2,7 +2,7 @@
 
 Runs where ultralytics imports (it needs a torchvision that matches the installed torch):
 
-    python scripts/golden_yolo.py OUTDIR
+    python scripts/goldens/golden_yolo.py OUTDIR
 
 Weights: mlxnet/weights/seeded.py tensors for every state-dict key (seed 1234), the DFL conv at
 its 0..15 ramp, BatchNorm scales x bn_gain, the head's output convs x head_gain -- the same as
@@ -33,7 +33,7 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
 seeded = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(seeded)

@@ -5,7 +5,7 @@ library (tests/test_kernel_compile.py); on a Mac this script checks that verdict
 compiler. Each source is what `mx.fast.metal_kernel` generates, behind a stand-in for MLX's
 preamble (<metal_stdlib>, `using namespace metal`, float16_t, bfloat16_t).
 
-    python scripts/check_metal_compile.py            # needs Xcode's command-line tools
+    python scripts/checks/check_metal_compile.py            # needs Xcode's command-line tools
 """
 from __future__ import annotations
 

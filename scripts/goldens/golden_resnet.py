@@ -1,6 +1,6 @@
 """Golden outputs for the ResNet port, from torchvision's reference implementation.
 
-Runs where torchvision imports:  python scripts/golden_resnet.py OUTDIR
+Runs where torchvision imports:  python scripts/goldens/golden_resnet.py OUTDIR
 Weights come from mlxnet/weights/seeded.py (same seed in the tests), so the fixture holds only
 the input and the reference logits. Also writes ImageNet-1k class names from torchvision's metadata.
 """
@@ -16,7 +16,7 @@ import torch
 import torchvision
 from safetensors.numpy import save_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
 seeded = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(seeded)

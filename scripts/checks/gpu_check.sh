@@ -2,21 +2,21 @@
 # The GPU checks in the current environment (a Mac, or Linux with MLX's CUDA build:
 # pip install -e ".[test,cuda]"):
 #
-#   bash scripts/gpu_check.sh [PYTEST ARGS]      every GPU-marked test (GPU faces == definitions)
-#   bash scripts/gpu_check.sh --bench [ARGS]     mlxnet bench on the GPU against PyTorch, batch 1 and 8,
+#   bash scripts/checks/gpu_check.sh [PYTEST ARGS]      every GPU-marked test (GPU faces == definitions)
+#   bash scripts/checks/gpu_check.sh --bench [ARGS]     mlxnet bench on the GPU against PyTorch, batch 1 and 8,
 #                                                float32 and float16 (JSON to $BENCH_JSON, default bench.json)
-#   bash scripts/gpu_check.sh --profile ARGS     scripts/profile_gpu.py ARGS (per-kernel times)
+#   bash scripts/checks/gpu_check.sh --profile ARGS     scripts/bench/profile_gpu.py ARGS (per-kernel times)
 #
 # With pytest-xdist installed, PYTEST_WORKERS=N spreads the tests over N processes. An installed
 # MobileSAM (pip install git+https://github.com/ChaoningZhang/MobileSAM) gives the SAM benchmark
 # rows their PyTorch reference; without it those rows are timed alone.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 case "${1:-}" in
   --profile)
     shift
-    exec python scripts/profile_gpu.py "$@" ;;
+    exec python scripts/bench/profile_gpu.py "$@" ;;
   --bench)
     shift
     exec python -m mlxnet --device gpu bench --batch 1 8 --dtype float32 float16 --compare torch \
