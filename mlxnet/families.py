@@ -34,12 +34,14 @@ class ModelFamily:
 
     def build(self, variant: str) -> nn.Module:
         """The variant with random weights, in eval mode, initialised so that activations keep
-        their scale through the depth (a check on random weights must still mean something)."""
+        their scale through the depth (a check on random weights must still mean something),
+        and ready to run: the architecture's constants (``fixed_parameters``) as constructed.
+        ``mlxnet.weights.random_init`` does both; the weights source ``random`` gives the same."""
         raise NotImplementedError
 
     def from_pretrained(self, source: str, variant: str | None = None,
                         dtype: str | None = None) -> nn.Module:
-        """The variant with weights from an id (the hub) or a file, in eval mode."""
+        """The variant with weights from an id (the hub), a file or ``random``, in eval mode."""
         raise NotImplementedError
 
     def example_inputs(self, variant: str, size: int) -> list[mx.array]:
@@ -52,7 +54,8 @@ class ModelFamily:
 
     def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> Any:
         """What the family's CLI command runs on images: the network with its own pre- and
-        post-processing (weights: an id or a path; None: the variant's own hub weights)."""
+        post-processing (weights: an id, a path or ``random``, which every loader of
+        ``mlxnet.weights`` takes; None: the variant's own hub weights)."""
         raise MlxnetError(f"{variant}: no predictor")
 
     def checked(self, model: nn.Module) -> nn.Module:
@@ -112,11 +115,14 @@ def build_for_check(variant: str, weights: str | None, image: np.ndarray | None,
     """(module, inputs) for a layer-by-layer check of ``variant``."""
     from .check import calibrate
 
+    from .weights import is_random
+
     family = family_of(variant)
-    model = family.from_pretrained(weights, variant) if weights else family.build(variant)
+    random = not weights or is_random(weights)  # 'random' is what build gives: calibrated as such
+    model = family.build(variant) if random else family.from_pretrained(weights, variant)
     inputs = (family.image_inputs(variant, image, size) if image is not None
               else family.example_inputs(variant, size))
     checked = family.checked(model)
-    if not weights and family.calibrate_batchnorm:
+    if random and family.calibrate_batchnorm:
         calibrate(checked, inputs)
     return checked, inputs

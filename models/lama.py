@@ -34,10 +34,10 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
-from mlxnet.nn.init import scale_preserving_init
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, handoff
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
-from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
+from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
+                            register_spec)
 from mlxnet.dtypes import as_dtype
 
 # Variants: released generators of the LaMa family that share this architecture.
@@ -431,7 +431,7 @@ class LaMaFamily(families.ModelFamily):
     calibrate_batchnorm = True
 
     def build(self, variant: str) -> LaMa:
-        return scale_preserving_init(LaMa(CONFIGS[variant]))
+        return random_init(LaMa(CONFIGS[variant]))  # no fixed parameters: every tensor is learned
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> LaMa:
         return LaMa.from_pretrained(source, model=variant, dtype=dtype or "float32")

@@ -17,11 +17,12 @@ import numpy as np
 
 from mlxnet import families
 from mlxnet.errors import MlxnetError
-from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import center_crop, draw_boxes, load_image, load_images, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference
-from mlxnet.weights import Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, register_spec
+from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
+                            register_spec)
 
+DEFAULT = "resnet50"  # the variant of a source that names none: no --model, and 'random' weights
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -193,7 +194,7 @@ def load(weights: str = "resnet50", *, model: str | None = None,
          dtype: str | None = None) -> tuple[ResNet, tuple[str, ...] | None]:
     """(ResNet in eval mode, the class names its file carries or None) from an id ("resnet50":
     the hub) or a file; depth and class count come from the checkpoint, ``model`` must agree."""
-    net, found = load_variant(weights, tuple(CONFIGS), model=model, dtype=dtype)
+    net, found = load_variant(weights, tuple(CONFIGS), model=model, dtype=dtype, default=DEFAULT)
     return net, found.names
 
 
@@ -248,7 +249,7 @@ class ResNetFamily(families.ModelFamily):
     default_size = 224
 
     def build(self, variant: str) -> ResNet:
-        net = scale_preserving_init(resnet(variant))
+        net = random_init(resnet(variant))  # no fixed parameters: every tensor is learned
         net.eval()
         return net
 

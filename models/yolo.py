@@ -23,11 +23,10 @@ import numpy as np
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
-from mlxnet.nn.init import scale_preserving_init
 from mlxnet.image import load_images
 from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
-                            register_spec)
+                            random_init, register_spec)
 
 from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
 
@@ -149,8 +148,13 @@ class Concat(nn.Module):
 
 class DFL(nn.Module):
     """Distribution focal loss decoding's weights: the values the 16 bins of each box side
-    stand for, as a fixed 1x1 conv (loaded; 0..15 as trained). :func:`mlxnet.ops.dfl_decode`
-    takes the softmax expectation of them."""
+    stand for, as a 1x1 conv. :func:`mlxnet.ops.dfl_decode` takes the softmax expectation of
+    them. They are 0..15, set here and never learned (ultralytics builds the conv with
+    ``requires_grad_(False)``); checkpoints store them all the same."""
+
+    # Random initialisation keeps it: bins drawn at random decode boxes whose sides have any
+    # sign, so their right edge may lie left of their left edge (mlxnet.weights.random_weights).
+    fixed_parameters = ("conv.weight",)
 
     def __init__(self, bins: int = REG_MAX) -> None:
         super().__init__()
@@ -459,7 +463,7 @@ class YOLOFamily(families.ModelFamily):
     default_size = 640
 
     def build(self, variant: str) -> YOLOv8:
-        return scale_preserving_init(YOLOv8(variant[-1]))
+        return random_init(YOLOv8(variant[-1]))
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> YOLOv8:
         return YOLO.from_pretrained(source, model=variant, dtype=dtype or "float32", fuse=False).net

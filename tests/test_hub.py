@@ -30,6 +30,9 @@ from mlxnet.weights import get_spec
 
 YOLO_REPO = "Ultralytics/YOLOv8"
 BAR = re.compile(r"100%\|")  # a finished tqdm bar
+# How every hub failure ends: true wherever a model id is taken (--weights, convert's SRC, the API).
+LOCAL = ("give the path of a local copy of the file instead of the id '{}' "
+         "(or 'random': seeded random weights, nothing to download)")
 
 # Resolves each (model id, progress) of argv[1] in order; one JSON line per id on stdout, and an
 # "@@id" marker on stderr before each, so that a progress bar can be told apart per download.
@@ -254,9 +257,9 @@ def test_hub_errors_are_one_line_after_one_try(downloaded, fake_hub):
     _, run, requests = downloaded
     missing, broken = run.results["yolov8m"]["error"], run.results["yolov8l"]["error"]
     assert missing == (f"{YOLO_REPO}/yolov8m.pt was not found on the Hub at {fake_hub.url} "
-                       "(RemoteEntryNotFoundError); pass a local file path (--weights PATH)")
+                       "(RemoteEntryNotFoundError); " + LOCAL.format("yolov8m"))
     assert broken == (f"the Hub at {fake_hub.url} answered HTTP 503 for {YOLO_REPO}/yolov8l.pt (weights for "
-                      "'yolov8l'); try again later, or pass a local file path (--weights PATH)")
+                      "'yolov8l'); try again later, or " + LOCAL.format("yolov8l"))
     assert requests[("HEAD", f"hub:/{YOLO_REPO}/resolve/main/yolov8l.pt")] == 1  # no backoff loop on a 503
     assert "Retrying" not in "".join(run.stderr.values())
 
@@ -285,7 +288,7 @@ def test_downloaded_file_loads_offline(downloaded, fake_hub):
     assert Path(offline.results["yolov8n"]["path"]).read_bytes() == fake_hub.files[(YOLO_REPO, "yolov8n.pt")]
     assert offline.results["yolov8x"]["error"] == (
         f"weights for 'yolov8x' ({YOLO_REPO}/yolov8x.pt) are not in the cache {cache} and HF_HUB_OFFLINE=1 forbids "
-        "downloading; download them once online, or pass a local file path")
+        "downloading; download them once online, or " + LOCAL.format("yolov8x"))
     assert fake_hub.requests == before
 
 
@@ -321,7 +324,7 @@ def test_unreachable_hub_fails_at_once_with_one_line(tmp_path):
     assert out.stderr.splitlines() == [
         f"error: weights for 'lama' ({spec.repo}/{spec.filename}) are not in the cache {tmp_path / 'hf' / 'hub'} "
         f"and the Hub at {endpoint} could not be reached (ConnectError: [Errno 111] Connection refused); "
-        "download them once online, or pass a local file path (--weights PATH)"]
+        "download them once online, or " + LOCAL.format("lama")]
     assert seconds < 10, f"took {seconds:.1f} s: retried?"  # was about 24 s (5 retries with backoff)
 
 
@@ -352,7 +355,7 @@ def test_offline_resolve_finds_a_prepared_cache(tmp_path):
     resnet = get_spec("resnet50")
     assert run.results["resnet50"]["error"] == (
         f"weights for 'resnet50' ({resnet.repo}/{resnet.filename}) are not in the cache {cache} and "
-        "HF_HUB_OFFLINE=1 forbids downloading; download them once online, or pass a local file path")
+        "HF_HUB_OFFLINE=1 forbids downloading; download them once online, or " + LOCAL.format("resnet50"))
 
 
 def test_prepare_hub_cache_is_read_by_huggingface_hub(tmp_path):

@@ -147,8 +147,11 @@ def test_resolve_local_paths_and_unknown_ids(tmp_path):
         resolve_weights(tmp_path / "missing.safetensors")
     with pytest.raises(MlxnetError, match="is a directory"):
         resolve_weights(tmp_path)
-    with pytest.raises(MlxnetError, match=r"unknown model 'no-such-model'"):
+    with pytest.raises(MlxnetError, match=r"'no-such-model' is neither a weights file nor a model id; give a "
+                                          r"weights file .*, a model id \(.*tinynet.*\) or 'random'"):
         resolve_weights("no-such-model")
+    with pytest.raises(MlxnetError, match=r"'tinynet' names the weights of another model; .*a model id \(resnet50: "):
+        resolve_weights("tinynet", ids=("resnet50",))
 
 
 def run_py(code: str, env_extra: dict) -> subprocess.CompletedProcess:
@@ -181,7 +184,8 @@ def test_hub_ids_resolve_from_the_cache_offline(tmp_path):
     assert Path(lines[0]) == snap
     assert lines[1] == (f"ERR weights for 'tinynet-uncached' (mlxnet-test/not-cached/weights.pt) are not in the cache "
                         f"{cache} and HF_HUB_OFFLINE=1 forbids downloading; download them once online, "
-                        "or pass a local file path")
+                        "or give the path of a local copy of the file instead of the id 'tinynet-uncached' "
+                        "(or 'random': seeded random weights, nothing to download)")
     model = load_into(TinyNet(), load_safetensors(tmp_path / "out.safetensors"))
     model.eval()
     np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-5)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -27,13 +27,22 @@ from ..errors import MlxnetError
 from .checkpoint_types import FORMAT, Checkpoint, Description
 from .hub import resolve_weights
 from .loading import check_weights
+from .random_weights import is_random, random_checkpoint
 from .safetensors_io import is_safetensors, load_safetensors_with_metadata
+from .spec import WeightSpec, get_spec
 from .torch_pickle import find_state_dict, read_torch_checkpoint
 
 
-def open_checkpoint(source: str | os.PathLike, checkpoint_key: str | None = None) -> Checkpoint:
-    """Read a weights file (or a model id's hub file) without running any pickled code."""
-    path = resolve_weights(source)
+def open_checkpoint(source: str | os.PathLike, checkpoint_key: str | None = None, *,
+                    spec: WeightSpec | str | None = None, ids: Sequence[str] | None = None) -> Checkpoint:
+    """Read a weights file (or a model id's hub file) without running any pickled code; the
+    source ``random`` is ``spec``'s model freshly built (seeded). ``ids``: the model ids the
+    caller takes (see :func:`~.hub.resolve_weights`)."""
+    if is_random(source):
+        if spec is None:
+            raise MlxnetError("'random' weights are built for a model: name the model they are for")
+        return random_checkpoint(get_spec(spec))
+    path = resolve_weights(source, ids=ids)
     if is_safetensors(path):
         tensors, metadata = load_safetensors_with_metadata(path)
         return Checkpoint(path, tensors, dict(metadata))

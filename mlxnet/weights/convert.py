@@ -21,6 +21,7 @@ from .fold import fold_conv_bn
 from .hub import resolve_weights
 from .layout import from_torch_layout
 from .loading import check_weights, load_into
+from .random_weights import is_random
 from .safetensors_io import DTypeLike, as_dtype, cast_floating, save_safetensors
 from .spec import WeightSpec, get_spec
 
@@ -39,12 +40,7 @@ def convert_state_dict(state: Mapping[str, mx.array], spec: WeightSpec | str, *,
     for old, new in names.items():
         kind, groups = spec.layout_of(new, tuple(state[old].shape))
         out[new] = from_torch_layout(state[old], kind, groups)
-    if fold_bn:
-        stored = {k: v.dtype for k, v in out.items()}
-        out = fold_batchnorm(cast_floating(out, mx.float32), spec)  # in float32, whatever was stored
-        if dtype is None:  # keep what was stored; a bias the fold created takes its weight's dtype
-            out = {k: v.astype(stored.get(k) or stored[k.rsplit(".", 1)[0] + ".weight"]) for k, v in out.items()}
-    out = cast_floating(out, dtype)
+    out = _folded(out, spec, dtype) if fold_bn else cast_floating(out, dtype)
     if spec.build is not None:
         problems = check_weights(spec.build(fold_bn=fold_bn, **dict(config or {})), out)
         if problems:
@@ -52,6 +48,16 @@ def convert_state_dict(state: Mapping[str, mx.array], spec: WeightSpec | str, *,
             raise MlxnetError(f"converted weights{where} do not fit model {spec.id!r}: {len(problems)} problem(s):\n"
                               + "\n".join(f"  {p}" for p in problems))
     return out
+
+
+def _folded(weights: Mapping[str, mx.array], spec: WeightSpec, dtype: DTypeLike) -> dict[str, mx.array]:
+    """``fold_batchnorm`` in float32, whatever was stored, then cast to ``dtype`` (None: what was
+    stored; a bias the fold created takes its weight's dtype)."""
+    stored = {k: v.dtype for k, v in weights.items()}
+    out = fold_batchnorm(cast_floating(weights, mx.float32), spec)
+    if dtype is None:
+        return {k: v.astype(stored.get(k) or stored[k.rsplit(".", 1)[0] + ".weight"]) for k, v in out.items()}
+    return cast_floating(out, dtype)
 
 
 def fold_batchnorm(weights: Mapping[str, mx.array], spec: WeightSpec) -> dict[str, mx.array]:
@@ -102,6 +108,8 @@ def model_weights(ckpt: Checkpoint, spec: WeightSpec, description: Description, 
     if spec.build is not None:
         for folded in (fold_bn, not fold_bn) if spec.fold_bn else (False,):
             if fits_as_is(ckpt, spec.build(fold_bn=folded, **config)):
+                if fold_bn and not folded:  # a model's own unfolded weights, folded as asked
+                    return _folded(ckpt.tensors, spec, dtype), True
                 return cast_floating(ckpt.tensors, dtype), folded
     return convert_state_dict(ckpt.tensors, spec, dtype=dtype, fold_bn=fold_bn, source=str(ckpt.path),
                               config=config), fold_bn
@@ -124,12 +132,13 @@ def load_model(source: str | os.PathLike | Checkpoint, spec: WeightSpec | str, *
 
 
 def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: str | None = None,
-                 dtype: DTypeLike = None) -> tuple[nn.Module, Description]:
+                 dtype: DTypeLike = None, default: str | None = None) -> tuple[nn.Module, Description]:
     """Load a checkpoint of a family whose variants share one ``describe`` (the first variant's
-    spec's): the variant is the one the checkpoint holds; ``model``, if given, must agree."""
+    spec's): the variant is the one the checkpoint holds; ``model``, if given, must agree. The
+    source ``random`` holds ``model``, else ``default``, else the first variant."""
     if model is not None and model not in variants:
         raise MlxnetError(f"unknown model {model!r}: expected one of {', '.join(variants)}")
-    ckpt = open_checkpoint(source)
+    ckpt = open_checkpoint(source, spec=model or default or variants[0], ids=variants)
     found = (get_spec(variants[0]).describe or describe_from_metadata)(ckpt)
     if found.variant not in variants:
         raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not one of {', '.join(variants)}")
@@ -148,16 +157,17 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: Wei
     spec, dtype = get_spec(spec), as_dtype(dtype)
     if fold_bn and not spec.fold_bn:  # fail before reading a large checkpoint
         fold_batchnorm({}, spec)
-    src_path = resolve_weights(src)
-    dst = check_output_path(dst, [src_path], force=force, kind="file")  # before reading a large checkpoint
-    ckpt = open_checkpoint(src_path, spec.checkpoint_key)
+    src_path = None if is_random(src) else resolve_weights(src, ids=(spec.id,))
+    inputs = [src_path] if src_path is not None else []
+    dst = check_output_path(dst, inputs, force=force, kind="file")  # before reading a large checkpoint
+    ckpt = open_checkpoint(src_path or src, spec.checkpoint_key, spec=spec)
     found = describe(ckpt, spec)
     if ckpt.converted and ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
-        raise MlxnetError(f"{src_path} was already converted with fold_bn={ckpt.metadata.get('fold_bn')}; "
+        raise MlxnetError(f"{ckpt.path} was already converted with fold_bn={ckpt.metadata.get('fold_bn')}; "
                           "convert the original checkpoint instead")
     weights, _ = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
     names = tuple(names) if names is not None else found.names
-    return save_converted(dst, weights, spec.id, found.config, names, source=src_path.name, fold_bn=fold_bn)
+    return save_converted(dst, weights, spec.id, found.config, names, source=ckpt.path.name, fold_bn=fold_bn)
 
 
 def save_converted(dst: str | os.PathLike, weights: Mapping[str, mx.array], model: str, config: Mapping[str, Any],
@@ -177,7 +187,8 @@ def load_pretrained(model: nn.Module, spec: WeightSpec | str, source: str | os.P
     file written by ``mlxnet convert`` or by the model's own ``save_weights`` as is, anything
     else (PyTorch checkpoint, upstream safetensors) converted on the fly with the spec."""
     spec = get_spec(spec)
-    ckpt = open_checkpoint(source if source is not None else spec.id, spec.checkpoint_key)
+    ckpt = open_checkpoint(source if source is not None else spec.id, spec.checkpoint_key, spec=spec,
+                           ids=(spec.id,))
     if ckpt.converted:
         if ckpt.metadata.get("model") != spec.id or ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
             raise MlxnetError(f"{ckpt.path} was converted for model {ckpt.metadata.get('model')!r} "

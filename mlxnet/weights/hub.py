@@ -25,24 +25,56 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Sequence
 
 from ..errors import MlxnetError
-from .spec import _SPECS, get_spec
+from .random_weights import RANDOM
+from .spec import _SPECS, get_spec, list_specs
 
 if TYPE_CHECKING:
     from tqdm.auto import tqdm
 
 _WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".ckpt", ".bin")
-_LOCAL_ALTERNATIVE = "pass a local file path (--weights PATH)"
+# Every entry point that takes a model id takes a file path in its place (--weights, convert's
+# SRC, the Python API), so the way out of a failed download is said without naming an option.
+_LOCAL_ALTERNATIVE = "give the path of a local copy of the file instead of the id"
 
 
-def resolve_weights(id_or_path: str | os.PathLike, *, progress: bool | None = None) -> Path:
+def _local_alternative(spec_id: str) -> str:
+    return (f"{_LOCAL_ALTERNATIVE} {spec_id!r} (or 'random': seeded random weights, nothing to "
+            "download)")
+
+
+def looks_like_path(name: str) -> bool:
+    """A name meant as a file: it has a folder in it or a weights file's extension."""
+    return os.sep in name or "/" in name or name.endswith(_WEIGHT_SUFFIXES)
+
+
+def accepted_sources(ids: Sequence[str]) -> str:
+    """What a weights source may be, for messages about one that is none of these."""
+    return (f"give a weights file (.safetensors, .pt, .pth, .ckpt), a model id ({', '.join(ids)}: "
+            "downloaded once from the Hub) or 'random' (seeded random weights, nothing to download)")
+
+
+def check_model_id(name: str, ids: Sequence[str] | None = None) -> None:
+    """One line unless ``name`` is a registered model id, and one of ``ids`` if given (the ids
+    the caller's model takes): it names what ``name`` is and what is accepted instead."""
+    known = list_specs()
+    if name not in known:
+        raise MlxnetError(f"{name!r} is neither a weights file nor a model id; {accepted_sources(ids or known)}")
+    if ids is not None and name not in ids:
+        raise MlxnetError(f"{name!r} names the weights of another model; {accepted_sources(ids)}")
+
+
+def resolve_weights(id_or_path: str | os.PathLike, *, progress: bool | None = None,
+                    ids: Sequence[str] | None = None) -> Path:
     """A local file path as is; a registered model id -> its hub file, downloaded once into the
     huggingface_hub cache (``HF_HOME``/``HF_HUB_CACHE``; ``HF_HUB_OFFLINE=1`` uses only the cache).
 
     ``progress``: show a download progress bar on stderr (True), never (False), or only when
     stderr is a terminal and huggingface_hub's bars are not disabled (None, the default).
+    ``ids``: the model ids the caller takes (an error names them; another id is refused before
+    any download).
     """
     path = Path(id_or_path).expanduser()
     if path.is_file():
@@ -50,12 +82,15 @@ def resolve_weights(id_or_path: str | os.PathLike, *, progress: bool | None = No
     if path.exists():
         raise MlxnetError(f"{path} is a directory, not a weights file")
     name = str(id_or_path)
-    looks_like_path = os.sep in name or name.endswith(_WEIGHT_SUFFIXES)
-    if looks_like_path and name not in _SPECS:
+    if looks_like_path(name) and name not in _SPECS:
         raise MlxnetError(f"weights file not found: {path}")
+    if name.lower() == RANDOM:  # built by the loaders (weights.random_weights), never a file
+        raise MlxnetError("'random' weights are built for a model, not read from a file; "
+                          "load them through the model (its family's predictor, or open_checkpoint with a spec)")
+    check_model_id(name, ids)
     spec = get_spec(name)
     if not (spec.repo and spec.filename):
-        raise MlxnetError(f"model {spec.id!r} names no hub file; pass a local weights file instead")
+        raise MlxnetError(f"model {spec.id!r} names no hub file; give a local weights file, or 'random'")
     args = (spec.repo, spec.filename, spec.revision, spec.id)
     # `progress` goes by keyword and only when chosen, so that a stand-in with the historical
     # signature _download(repo, filename, revision, spec_id) still fits (tests substitute one).
@@ -76,7 +111,7 @@ def _download(repo: str, filename: str, revision: str | None, spec_id: str,
     if constants.is_offline_mode():
         raise MlxnetError(f"weights for {spec_id!r} ({where}) are not in the cache {constants.HF_HUB_CACHE} and "
                           "HF_HUB_OFFLINE=1 forbids downloading; download them once online, "
-                          "or pass a local file path")
+                          f"or {_local_alternative(spec_id)}")
     try:
         # The one try: no backoff loop (retry_on_errors=False), bounded by the etag timeout.
         get_hf_file_metadata(hf_hub_url(repo, filename, revision=revision),
@@ -100,22 +135,22 @@ def _raise_hub_error(e: Exception, where: str, spec_id: str, during: Literal["lo
     endpoint, reason = constants.ENDPOINT, _first_line(e)
     if isinstance(e, GatedRepoError):
         raise MlxnetError(f"{where} is gated: accept its terms on huggingface.co and log in "
-                          f"(`hf auth login`), or {_LOCAL_ALTERNATIVE}") from None
+                          f"(`hf auth login`), or {_local_alternative(spec_id)}") from None
     if isinstance(e, (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError)) \
             and not isinstance(e, LocalEntryNotFoundError):
         raise MlxnetError(f"{where} was not found on the Hub at {endpoint} ({type(e).__name__}); "
-                          f"{_LOCAL_ALTERNATIVE}") from None
+                          f"{_local_alternative(spec_id)}") from None
     if isinstance(e, HfHubHTTPError):
         status = e.response.status_code if e.response is not None else "?"
         raise MlxnetError(f"the Hub at {endpoint} answered HTTP {status} for {where} (weights for {spec_id!r}); "
-                          f"try again later, or {_LOCAL_ALTERNATIVE}") from None
+                          f"try again later, or {_local_alternative(spec_id)}") from None
     if during == "lookup" and isinstance(e, (httpx2.TransportError, OfflineModeIsEnabled)):
         raise MlxnetError(f"weights for {spec_id!r} ({where}) are not in the cache {constants.HF_HUB_CACHE} and "
                           f"the Hub at {endpoint} could not be reached ({reason}); download them once online, "
-                          f"or {_LOCAL_ALTERNATIVE}") from None
+                          f"or {_local_alternative(spec_id)}") from None
     if isinstance(e, (httpx2.HTTPError, OSError)):  # transfer cut, disk full, size mismatch, odd endpoint
         raise MlxnetError(f"downloading {where} from {endpoint} failed ({reason}); try again, "
-                          f"or {_LOCAL_ALTERNATIVE}") from None
+                          f"or {_local_alternative(spec_id)}") from None
     raise e
 
 
