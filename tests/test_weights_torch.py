@@ -185,6 +185,9 @@ def test_missing_and_garbage_files(tmp_path):
         read_torch_checkpoint(tmp_path / "nope.pt")
     junk = tmp_path / "junk.pth"
     junk.write_bytes(b"this is not a checkpoint at all")
+    with pytest.raises(MlxnetError, match=r"junk\.pth: not a checkpoint \(a text file beginning 'this is not a"):
+        read_torch_checkpoint(junk)
+    junk.write_bytes(b"\x80\x02garbage")  # a pickle's start, then nonsense
     with pytest.raises(MlxnetError, match=r"junk\.pth: truncated or corrupt PyTorch checkpoint"):
         read_torch_checkpoint(junk)
     # A zip archive whose storage entry is gone

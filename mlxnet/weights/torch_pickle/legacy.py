@@ -8,7 +8,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from .errors import Corrupt, Truncated
+from ..file_kinds import Kind
+from .errors import Corrupt, NotACheckpoint, Truncated
 from .limits import brief
 from .tensors import Storage, np_dtype
 from .unpickler import SafeUnpickler
@@ -24,7 +25,7 @@ def read_legacy(path: Path) -> Any:
             return SafeUnpickler(f, size, _no_storage).load()
 
         if plain() != LEGACY_MAGIC:
-            raise Corrupt("bad magic number (not a torch.save file)")
+            raise NotACheckpoint(Kind("a Python pickle without torch.save's magic number"))
         if plain() != LEGACY_PROTOCOL:
             raise Corrupt("unsupported legacy protocol version")
         sys_info = plain()

@@ -1,4 +1,5 @@
-"""The entry point: which container a file is, and every failure as one line naming the file."""
+"""The entry point: which container a file is (or what else it is), and every failure as one line
+naming the file."""
 from __future__ import annotations
 
 import pickle
@@ -10,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import MlxnetError
-from .errors import Corrupt, Refused, Truncated
+from ..file_kinds import HEAD_BYTES, foreign_format, may_be_pickle, unrecognised
+from .errors import Corrupt, NotACheckpoint, Refused, Truncated
 from .legacy import read_legacy
 from .limits import one_line
 from .zip_archive import read_zip
@@ -29,12 +31,22 @@ def read_torch_checkpoint(path: str | Path) -> Any:
         raise MlxnetError(f"checkpoint file not found: {path}")
     try:
         with open(path, "rb") as f:
-            magic = f.read(4)
-        if magic == b"PK\x03\x04":  # zipfile.is_zipfile would miss a truncated archive
+            head = f.read(HEAD_BYTES)
+        if head[:4] == b"PK\x03\x04":  # zipfile.is_zipfile would miss a truncated archive
             return read_zip(path)
+        # Named before any parsing: a pickle parser fed a JPEG fails on some byte of it, and
+        # "corrupt checkpoint (KeyError: 255)" would not say that it was never a checkpoint.
+        foreign = foreign_format(head)
+        if foreign is not None:
+            raise NotACheckpoint(foreign)
         if tarfile.is_tarfile(path):
             raise MlxnetError(f"{path}: the pre-1.0 tar checkpoint format is not supported; re-save it with torch.save")
+        if not may_be_pickle(head):
+            raise NotACheckpoint(unrecognised(head))
         return read_legacy(path)
+    except NotACheckpoint as e:
+        noun, hint = "a PyTorch checkpoint" if e.kind.checkpoint else "a checkpoint", e.kind.hint
+        raise MlxnetError(f"{path}: not {noun} ({e.kind.what})" + (f"; {hint}" if hint else "")) from None
     except Refused as e:
         raise MlxnetError(f"{path}: refusing to call {e.name} from the pickle ({one_line(e.why)}); "
                           "only tensors and plain data are loaded") from None

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import Corrupt, Truncated
+from ..file_kinds import zip_contents
+from .errors import Corrupt, NotACheckpoint, Truncated
 from .limits import CHUNK, INFLATION_SLACK, MAX_INFLATION, brief, index
 from .tensors import BF16, Storage, np_dtype
 from .unpickler import SafeUnpickler
@@ -83,7 +84,7 @@ def read_zip(path: Path) -> Any:
         infos = {i.filename: i for i in zf.infolist()}
         pkls = [n for n in infos if n.count("/") == 1 and n.endswith("/data.pkl")]
         if not pkls:
-            raise Corrupt("zip archive without <name>/data.pkl (not a torch.save file)")
+            raise NotACheckpoint(zip_contents(path))
         root = pkls[0][: -len("data.pkl")]
         members = ZipMembers(zf, path.stat().st_size)
         byteorder = "little"
