@@ -384,14 +384,33 @@ def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], alpha: float =
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
+def box_on_image(box: Sequence[float], width: int, height: int) -> tuple[float, float, float, float] | None:
+    """An xyxy box as it can be drawn on a ``width`` x ``height`` image: corners in order (a box
+    may come with x2 < x1 from untrained weights; PIL refuses to draw it) and clipped to the
+    image; None for a box with a NaN or infinite coordinate, or one wholly outside the image."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    if not all(np.isfinite((x1, y1, x2, y2))):
+        return None
+    x1, x2 = sorted((x1, x2))
+    y1, y2 = sorted((y1, y2))
+    right, bottom = width - 1, height - 1
+    if x2 < 0 or y2 < 0 or x1 > right or y1 > bottom:
+        return None
+    return max(x1, 0.0), max(y1, 0.0), min(x2, right), min(y2, bottom)
+
+
 def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
                colour_ids: Sequence[int] | None = None, width: int = 3) -> np.ndarray:
-    """Draw labelled xyxy boxes on a copy of the image."""
+    """Draw labelled xyxy boxes on a copy of the image; a degenerate box (zero or negative
+    width, NaN, outside the image) is drawn as :func:`box_on_image` makes it, or left out."""
     pil = Image.fromarray(image.copy())
     draw = ImageDraw.Draw(pil)
-    for i, (box, label) in enumerate(zip(np.asarray(boxes, dtype=np.float64), labels)):
+    for i, (box, label) in enumerate(zip(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), labels)):
         colour = tuple(int(c) for c in PALETTE[(colour_ids[i] if colour_ids is not None else i) % len(PALETTE)])
-        x1, y1, x2, y2 = box.tolist()
+        drawable = box_on_image(box, pil.width, pil.height)
+        if drawable is None:
+            continue
+        x1, y1, x2, y2 = drawable
         draw.rectangle([x1, y1, x2, y2], outline=colour, width=width)
         tx0, ty0, tx1, ty1 = draw.textbbox((x1, y1), label)
         top = y1 - (ty1 - ty0) - 4 if y1 - (ty1 - ty0) - 4 >= 0 else y1

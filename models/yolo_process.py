@@ -66,7 +66,13 @@ def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det
     if cand.size == 0:
         return np.zeros((0, 6), np.float32)
     rows = np.array(pred[mx.array(cand.astype(np.int32))])  # only the candidates leave the device
-    boxes, score, cls = xywh2xyxy(rows[:, :4]), best[cand], rows[:, 4:].argmax(axis=1)
+    # A box with a NaN or infinite coordinate (weights that overflow) is no detection: NMS's IoU
+    # of it is NaN, and a NaN in --json output is not JSON.
+    rows = rows[np.isfinite(rows[:, :4]).all(axis=1)]
+    if not len(rows):
+        return np.zeros((0, 6), np.float32)
+    boxes, cls = xywh2xyxy(rows[:, :4]), rows[:, 4:].argmax(axis=1)
+    score = rows[np.arange(len(rows)), 4 + cls]
     keep = np.array(ops.nms(mx.array(boxes), mx.array(score), None if agnostic else mx.array(cls.astype(np.int32)),
                             iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
     return np.concatenate([boxes[keep], score[keep, None], cls[keep, None].astype(np.float32)], axis=1)

@@ -239,8 +239,12 @@ def json_line(record: dict) -> str:
 
 
 def _reason(job: Job, error: BaseException) -> str:
-    """The error in one line, without the file name that the line already starts with."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    """The error in one line, without the file name that the line already starts with; an
+    error other than MlxnetError (a fault, not a finding about the input) keeps its type."""
+    text = " ".join(str(error).split())
+    if not isinstance(error, MlxnetError):
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    text = text or type(error).__name__
     for prefix in (job.name, str(job.source.path)):
         if text.startswith(prefix + ": "):
             return text[len(prefix) + 2:]
@@ -280,8 +284,29 @@ def batches(jobs: Sequence[Job], size: int) -> Iterator[Sequence[Job]]:
         yield jobs[start:start + size]
 
 
+def _missing_input(job: Job) -> MlxnetError | None:
+    """The error for an input argument that names nothing, said as what it was: a name without
+    an image extension (``photos/``) may have been meant as a folder. A missing ``x.jpg`` is
+    left to the image loader, whose message names an image file."""
+    name = job.source.name
+    if os.path.lexists(name) or (_is_image_name(os.path.basename(name)) and not name.endswith(("/", os.sep))):
+        return None
+    return MlxnetError(f"{name}: no such file or folder")
+
+
+def _prepare(job: Job, prepare: Callable[[Job], Prepared]) -> Prepared | Exception:
+    """``prepare(job)``, or the error that fails this image."""
+    missing = _missing_input(job)
+    if missing is not None:
+        return missing
+    try:
+        return prepare(job)
+    except Exception as e:  # noqa: BLE001 - see _run_batch: any error of one image fails that image
+        return e
+
+
 def _predict_batch(model: Model, prepared: list[Prepared],
-                   predict: Callable[[Model, list[Prepared]], Sequence[Result]]) -> list[Result | MlxnetError]:
+                   predict: Callable[[Model, list[Prepared]], Sequence[Result]]) -> list[Result | Exception]:
     """One call for the batch; if it fails, one call per image, so the error names its own file
     and the batch's other images still get their results."""
     try:
@@ -289,14 +314,14 @@ def _predict_batch(model: Model, prepared: list[Prepared],
         if len(results) == len(prepared):
             return results
         raise MlxnetError(f"{len(results)} results for {len(prepared)} images")
-    except MlxnetError as e:
+    except Exception as e:  # noqa: BLE001 - which image failed is found below
         if len(prepared) == 1:
             return [e]
-    out: list[Result | MlxnetError] = []
+    out: list[Result | Exception] = []
     for item in prepared:
         try:
             out.append(predict(model, [item])[0])
-        except MlxnetError as e:
+        except Exception as e:  # noqa: BLE001
             out.append(e)
     return out
 
@@ -307,25 +332,25 @@ def _run_batch(group: Sequence[Job], model: Callable[[], Model], prepare: Callab
                display: ProgressBar, as_json: bool) -> int:
     """Read, run and write one batch, reporting its images in input order (whatever the batch
     size, the same lines in the same order); returns how many failed. Its pixels and results
-    are this function's locals: they are freed when it returns, before the next batch is read."""
-    prepared: list[tuple[Job, Prepared | MlxnetError]] = []
-    for job in group:
-        try:
-            prepared.append((job, prepare(job)))
-        except MlxnetError as e:
-            prepared.append((job, e))
-    ready = [item for _, item in prepared if not isinstance(item, MlxnetError)]
+    are this function's locals: they are freed when it returns, before the next batch is read.
+
+    Any error while one image is read, run or written fails that image alone, reported with its
+    name (``error: bus.jpg: ValueError: ...``): an exception other than MlxnetError there (a
+    degenerate box, a numeric edge case) comes from that image's pixels or results, and ending
+    the command with a bare ``ValueError`` would name no image and lose the others' results."""
+    prepared = [(job, _prepare(job, prepare)) for job in group]
+    ready = [item for _, item in prepared if not isinstance(item, Exception)]
     results = iter(_predict_batch(model(), ready, predict) if ready else [])
     failed = 0
     for job, item in prepared:
         try:
-            if isinstance(item, MlxnetError):
+            if isinstance(item, Exception):
                 raise item
             result = next(results)
-            if isinstance(result, MlxnetError):
+            if isinstance(result, Exception):
                 raise result
             record, line = finish(job, item, result)
-        except MlxnetError as e:
+        except Exception as e:  # noqa: BLE001 - see above
             failed += 1
             report_failure(display, job, e, as_json)
         else:
