@@ -1,6 +1,6 @@
 """The one model interface: what every model family implements and registers.
 
-The CLI's ``check``, ``scripts/bench_models.py`` and the tests reach models only through this
+The CLI's ``check`` and ``bench`` and the tests reach models only through this
 module: a family says which variants it has, how to build one (random weights) or load one
 (``from_pretrained``: an id or a path, and a dtype), what inputs its ``__call__`` takes for a
 given image size (random, or a real image through its own preprocessing) and which module a

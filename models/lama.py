@@ -38,7 +38,7 @@ from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compile
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
                             register_spec)
-from mlxnet.dtypes import as_dtype
+from mlxnet.dtypes import compute_dtype
 
 # Variants: released generators of the LaMa family that share this architecture.
 CONFIGS = {
@@ -313,7 +313,7 @@ class LaMa(nn.Module):
         ``mlxnet convert``). ``model`` names the variant of a file (default: from a converted
         file's metadata, else "lama"). ``dtype``: float32 (default), float16 or bfloat16."""
         net, _ = load_variant(weights, tuple(CONFIGS), model=model)
-        target = as_dtype(dtype)
+        target = compute_dtype(dtype)
         if target is not None and target != mx.float32:
             net.set_dtype(target)
         mx.eval(net.parameters())

@@ -22,6 +22,7 @@ from .hub import resolve_weights
 from .layout import from_torch_layout
 from .loading import check_weights, load_into
 from .random_weights import is_random
+from ..dtypes import compute_dtype
 from .safetensors_io import DTypeLike, as_dtype, cast_floating, save_safetensors
 from .spec import WeightSpec, get_spec
 
@@ -138,6 +139,7 @@ def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: s
     source ``random`` holds ``model``, else ``default``, else the first variant."""
     if model is not None and model not in variants:
         raise MlxnetError(f"unknown model {model!r}: expected one of {', '.join(variants)}")
+    dtype = compute_dtype(dtype)
     ckpt = open_checkpoint(source, spec=model or default or variants[0], ids=variants)
     found = (get_spec(variants[0]).describe or describe_from_metadata)(ckpt)
     if found.variant not in variants:
@@ -186,7 +188,7 @@ def load_pretrained(model: nn.Module, spec: WeightSpec | str, source: str | os.P
     """Load ``source`` (default: the spec's hub file) into ``model``, built by the caller: a
     file written by ``mlxnet convert`` or by the model's own ``save_weights`` as is, anything
     else (PyTorch checkpoint, upstream safetensors) converted on the fly with the spec."""
-    spec = get_spec(spec)
+    spec, dtype = get_spec(spec), compute_dtype(dtype)
     ckpt = open_checkpoint(source if source is not None else spec.id, spec.checkpoint_key, spec=spec,
                            ids=(spec.id,))
     if ckpt.converted:
