@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
+import mlx.core as mx
 import numpy as np
 from PIL import Image, ImageDraw, ImageOps, UnidentifiedImageError
 
@@ -91,6 +92,15 @@ def is_image_name(name: str) -> bool:
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in readable_extensions()
 
 
+def _pil_rgb(im: Image.Image, name: object) -> np.ndarray:
+    """A decoded PIL image as uint8 HWC RGB, by the rules a file is read with (:func:`_to_8bit`;
+    alpha dropped; palette, LA and CMYK converted by Pillow)."""
+    try:
+        return np.asarray(_to_8bit(im).convert("RGB")).copy()  # writable, owning its memory
+    except _UNREADABLE as e:
+        raise MlxnetError(f"{name}: cannot convert a {im.mode} image to RGB ({e})") from None
+
+
 def load_image(path: PathLike, mode: str = "RGB") -> np.ndarray:
     """Read an image file as uint8 HWC RGB (``mode="L"``: HW grey), upright.
 
@@ -98,18 +108,22 @@ def load_image(path: PathLike, mode: str = "RGB") -> np.ndarray:
     palette, LA and CMYK images are converted by Pillow. An image over Pillow's
     decompression-bomb limit is refused with a one-line MlxnetError."""
     im = _decode(path)
+    if mode == "RGB":
+        return _pil_rgb(im, path)
     try:
-        return np.asarray(_to_8bit(im).convert(mode)).copy()  # writable, owning its memory
+        return np.asarray(_to_8bit(im).convert(mode)).copy()
     except _UNREADABLE as e:
         raise MlxnetError(f"{path}: cannot convert a {im.mode} image to {mode} ({e})") from None
 
 
-def load_images(images: PathLike | np.ndarray | Sequence[PathLike | np.ndarray]) -> tuple[list[np.ndarray], bool]:
-    """The pixels of one image or of a sequence of them (paths are read by :func:`load_image`,
-    arrays taken as they are), and whether it was one image (a predictor then returns one
-    result, not a list)."""
-    single = isinstance(images, (str, os.PathLike, np.ndarray))
-    return [im if isinstance(im, np.ndarray) else load_image(im) for im in ([images] if single else images)], single
+def _pil_filled(im: Image.Image, name: object) -> np.ndarray:
+    """HW bool: the pixels of a decoded PIL image that a mask fills (see :func:`load_mask`)."""
+    try:
+        if im.mode in _WIDE_INTEGER or im.mode == "F":
+            return np.nan_to_num(np.asarray(im, dtype=np.float64)) != 0
+        return np.asarray(im.convert("RGB")).any(axis=-1)
+    except _UNREADABLE as e:
+        raise MlxnetError(f"{name}: cannot read a {im.mode} image as a mask ({e})") from None
 
 
 def load_mask(path: PathLike) -> np.ndarray:
@@ -120,15 +134,158 @@ def load_mask(path: PathLike) -> np.ndarray:
     would be 0 after a grey conversion, which weights blue by 0.114 and rounds). Alpha is
     ignored (as a grey reading of the file would ignore it); palette images are read through
     their palette, CMYK through Pillow's RGB conversion."""
-    im = _decode(path)
+    return np.where(_pil_filled(_decode(path), path), 255, 0).astype(np.uint8)
+
+
+# --- Inputs of the models' Python entry points ---------------------------------------------
+#
+# The Python API takes what the CLI takes: a path is read as the CLI reads it, a PIL image is
+# converted by the same rules, and an array's pixels follow the rules a file's pixels follow
+# (16-bit divided by 257, float as 0-1 intensities, alpha dropped). Every model entry point goes
+# through as_rgb / as_mask, so they all accept the same things and refuse them in the same words.
+
+ImageInput = str | os.PathLike | Image.Image | np.ndarray | mx.array
+_PIXELS = "an (H, W, 3) RGB image (uint8, or float in [0, 1])"
+
+
+def _as_numpy(x: np.ndarray | mx.array) -> np.ndarray:
+    if isinstance(x, mx.array):
+        # NumPy has no bfloat16: widen it first (exact); every other MLX dtype converts as is.
+        return np.array(x.astype(mx.float32) if x.dtype == mx.bfloat16 else x)
+    return x
+
+
+def _array_kind(a: np.ndarray | mx.array) -> str:
+    library = "an MLX" if isinstance(a, mx.array) else "a NumPy"
+    dtype = str(a.dtype).removeprefix("mlx.core.")
+    return f"{library} {dtype} array of shape {tuple(a.shape)}"
+
+
+def _rgb_channels(a: np.ndarray, what: str, described: str) -> np.ndarray:
+    """(H, W, 3) from (H, W, 3) or (H, W, 4) (alpha dropped, as a file's); any other shape is an
+    error that says what was expected, with a hint for the usual mix-ups."""
+    if a.ndim == 3 and a.shape[2] in (3, 4):
+        if min(a.shape[:2]) < 1:
+            raise MlxnetError(f"{what}: empty image ({described})")
+        return a[..., :3]
+    if a.ndim == 3 and a.shape[0] in (1, 3, 4):
+        hint = "; channels first? transpose it to (H, W, C)"
+    elif a.ndim == 4:
+        hint = "; one image at a time (a list of images where a batch is taken)"
+    elif a.ndim == 2 or (a.ndim == 3 and a.shape[2] == 1):
+        hint = "; a grey image? repeat it to 3 channels, or pass a PIL 'L' image or the file"
+    else:
+        hint = ""
+    raise MlxnetError(f"{what}: expected {_PIXELS}, got {described}{hint}")
+
+
+def _rgb_values(a: np.ndarray, what: str, described: str, dtype: str) -> np.ndarray:
+    """The pixels as uint8 (or float32 in [0, 1]) by a file's rules; values a file could not
+    hold (float outside [0, 1], NaN, integers past 255) are refused, not clipped: they are a
+    caller's mistake (0..255 floats, logits), which clipping would hide."""
+    if a.dtype == np.bool_:
+        a = a.astype(np.uint8) * 255
+    elif a.dtype == np.uint16:
+        a = ((a.astype(np.int64) + 128) // 257).astype(np.uint8)  # round(v / 257), as 16-bit files
+    elif np.issubdtype(a.dtype, np.integer) and a.dtype != np.uint8:
+        low, high = int(a.min()), int(a.max())
+        if low < 0 or high > 255:
+            raise MlxnetError(f"{what}: integer pixels must be in 0..255, got {low}..{high} ({described})")
+        a = a.astype(np.uint8)
+    elif np.issubdtype(a.dtype, np.floating):
+        if not np.isfinite(a).all():
+            raise MlxnetError(f"{what}: float pixels must be finite, got NaN or infinity ({described})")
+        low, high = float(a.min()), float(a.max())
+        if low < 0 or high > 1:
+            raise MlxnetError(f"{what}: float pixels must be in [0, 1], got {low:.4g}..{high:.4g} "
+                              f"({described}); for 0..255 values pass uint8")
+        if dtype == "float32":
+            return a.astype(np.float32)
+        a = np.rint(a.astype(np.float64) * 255).astype(np.uint8)
+    elif a.dtype != np.uint8:
+        raise MlxnetError(f"{what}: expected {_PIXELS}, got {described}")
+    return a.astype(np.float32) / 255 if dtype == "float32" else np.ascontiguousarray(a)
+
+
+def as_rgb(image: ImageInput, what: str = "image", *,
+           dtype: Literal["uint8", "float32"] = "uint8") -> np.ndarray:
+    """One image as the models take it: (H, W, 3) RGB, uint8 (``dtype="float32"``: float32 in
+    [0, 1], a float input kept exactly), from any of
+
+    - a path (str or PathLike), read as the CLI reads it (:func:`load_image`: upright, 16-bit
+      and float files scaled, alpha dropped);
+    - a PIL image of any mode, converted by the same rules (EXIF orientation applied);
+    - a NumPy or MLX array (H, W, 3) or (H, W, 4) (alpha dropped): uint8; bool; uint16
+      (divided by 257); other integers in 0..255; float in [0, 1].
+
+    Anything else is a one-line MlxnetError starting with ``what`` (the caller's name for the
+    argument) that says what was expected and what came; a file's errors name the file."""
+    if isinstance(image, (str, os.PathLike)):
+        pixels = load_image(image)
+    elif isinstance(image, Image.Image):
+        pixels = _pil_rgb(_upright(image, what), what)
+    elif isinstance(image, (np.ndarray, mx.array)):
+        described = _array_kind(image)
+        a = _rgb_channels(_as_numpy(image), what, described)
+        return _rgb_values(a, what, described, dtype)
+    else:
+        raise MlxnetError(f"{what}: expected a path, a PIL image, or a NumPy or MLX array "
+                          f"holding {_PIXELS}; got {type(image).__name__}")
+    return pixels.astype(np.float32) / 255 if dtype == "float32" else pixels
+
+
+def as_rgb_images(images: ImageInput | Sequence[ImageInput],
+                  what: str = "image") -> tuple[list[np.ndarray], bool]:
+    """The uint8 (H, W, 3) pixels of one image or of a sequence of them (each by
+    :func:`as_rgb`), and whether it was one image (a predictor then returns one result, not a
+    list). An array is always one image: a batch is a list."""
+    if isinstance(images, Sequence) and not isinstance(images, (str, bytes)):
+        return [as_rgb(im, f"{what}, image {i}") for i, im in enumerate(images)], False
+    return [as_rgb(images, what)], True
+
+
+def _upright(im: Image.Image, what: str) -> Image.Image:
+    """A PIL image as a file is read: EXIF orientation applied (a no-op without EXIF)."""
     try:
-        if im.mode in _WIDE_INTEGER or im.mode == "F":
-            filled = np.nan_to_num(np.asarray(im, dtype=np.float64)) != 0
-        else:
-            filled = np.asarray(im.convert("RGB")).any(axis=-1)
+        return ImageOps.exif_transpose(im)
     except _UNREADABLE as e:
-        raise MlxnetError(f"{path}: cannot read a {im.mode} image as a mask ({e})") from None
-    return np.where(filled, 255, 0).astype(np.uint8)
+        raise MlxnetError(f"{what}: cannot read the {im.mode} image ({e})") from None
+
+
+def as_mask(mask: ImageInput, what: str = "mask") -> np.ndarray:
+    """A mask as the models take it: (H, W) bool, True where a pixel is filled, by the CLI's
+    rule (every non-black pixel), from any of
+
+    - a path, read by :func:`load_mask`; a PIL image of any mode ('L', '1', RGB, ...) by the
+      same rule (any colour channel non-zero, alpha ignored);
+    - a NumPy or MLX array (H, W), (H, W, 1), (H, W, 3) or (H, W, 4) (alpha ignored): bool, or
+      numbers where every non-zero value fills. Negative values and NaN are refused: they are
+      logits or scores, which the non-zero rule would read as "fill everything".
+
+    Anything else is a one-line MlxnetError starting with ``what``."""
+    if isinstance(mask, (str, os.PathLike)):
+        return load_mask(mask) > 0
+    if isinstance(mask, Image.Image):
+        return _pil_filled(_upright(mask, what), what)
+    expected = "an (H, W) mask (bool, or numbers: non-zero fills)"
+    if not isinstance(mask, (np.ndarray, mx.array)):
+        raise MlxnetError(f"{what}: expected a path, a PIL image, or a NumPy or MLX array holding "
+                          f"{expected}; got {type(mask).__name__}")
+    described, a = _array_kind(mask), _as_numpy(mask)
+    if a.ndim == 3 and a.shape[2] in (1, 3, 4):
+        a = a[..., :3]
+    elif a.ndim != 2:
+        raise MlxnetError(f"{what}: expected {expected}, got {described}")
+    if not (a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise MlxnetError(f"{what}: expected {expected}, got {described}")
+    if a.dtype != np.bool_:
+        if np.issubdtype(a.dtype, np.floating) and np.isnan(a).any():
+            raise MlxnetError(f"{what}: mask values must not be NaN ({described})")
+        if a.size and a.min() < 0:
+            raise MlxnetError(f"{what}: mask values must be >= 0 (non-zero fills), got a minimum of "
+                              f"{a.min():.4g} ({described}); threshold logits first, e.g. mask > 0")
+    filled = a != 0
+    return filled.any(axis=-1) if filled.ndim == 3 else filled
 
 
 # --- Outputs -------------------------------------------------------------------------------

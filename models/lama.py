@@ -34,6 +34,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
+from mlxnet.image import ImageInput, as_mask, as_rgb
 from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, handoff
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
@@ -280,17 +281,19 @@ class LaMa(nn.Module):
         return self.model[1].ffc.convl2l.weight.dtype
 
     # --- pre/post-processing as bin/predict.py --------------------------------------------------
-    def inpaint(self, image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> np.ndarray:
+    def inpaint(self, image: ImageInput, mask: ImageInput) -> np.ndarray:
         """Fill the masked region of one image.
 
-        image: (H, W, 3) RGB, uint8 or float in [0, 1]. mask: (H, W) (or (H, W, 1)); every
-        non-zero pixel is filled (the reference binarises with ``mask > 0``).
+        image: a path, a PIL image, or an (H, W, 3) RGB array, uint8 or float in [0, 1]
+        (:func:`mlxnet.image.as_rgb`). mask: a path, a PIL image or an (H, W) array (bool or
+        numbers); every non-zero pixel is filled, as the reference's ``mask > 0``
+        (:func:`mlxnet.image.as_mask`).
         Returns (H, W, 3) uint8: ``clip(result * 255)`` truncated, as the reference writes it.
         """
         result = self.inpaint_float(image, mask)
         return np.clip(np.array(result) * 255, 0, 255).astype(np.uint8)
 
-    def inpaint_float(self, image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> mx.array:
+    def inpaint_float(self, image: ImageInput, mask: ImageInput) -> mx.array:
         """As :meth:`inpaint`, returning the float32 (H, W, 3) result in [0, 1] as an mx.array."""
         img, m = _prepare(image, mask)
         h, w = img.shape[:2]
@@ -325,16 +328,10 @@ class LaMa(nn.Module):
 MIN_SIDE = MODULO + 1
 
 
-def _prepare(image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> tuple[mx.array, mx.array]:
+def _prepare(image: ImageInput, mask: ImageInput) -> tuple[mx.array, mx.array]:
     """(H, W, 3) float32 image in [0, 1] and (H, W, 1) binary float32 mask, checked."""
-    img = np.asarray(image) if not isinstance(image, mx.array) else np.array(image)
-    msk = np.asarray(mask) if not isinstance(mask, mx.array) else np.array(mask)
-    if img.ndim != 3 or img.shape[2] != 3:
-        raise MlxnetError(f"LaMa: expected an (H, W, 3) RGB image, got shape {img.shape}")
-    if msk.ndim == 3 and msk.shape[2] == 1:
-        msk = msk[..., 0]
-    if msk.ndim != 2:
-        raise MlxnetError(f"LaMa: expected an (H, W) mask, got shape {msk.shape}")
+    img = as_rgb(image, "LaMa.inpaint image", dtype="float32")  # a float image keeps its precision
+    msk = as_mask(mask, "LaMa.inpaint mask")
     if msk.shape != img.shape[:2]:
         raise MlxnetError(f"LaMa: mask is {msk.shape[1]}×{msk.shape[0]} but the image is "
                           f"{img.shape[1]}×{img.shape[0]} (width×height); resize the mask "
@@ -342,8 +339,7 @@ def _prepare(image: np.ndarray | mx.array, mask: np.ndarray | mx.array) -> tuple
     if min(img.shape[:2]) < MIN_SIDE:
         raise MlxnetError(f"LaMa: image {img.shape[1]}×{img.shape[0]} is too small; "
                           f"both sides must be at least {MIN_SIDE} pixels")
-    img = img.astype(np.float32) / 255 if img.dtype == np.uint8 else img.astype(np.float32)
-    return mx.array(img), mx.array((msk > 0).astype(np.float32)[..., None])
+    return mx.array(img), mx.array(msk.astype(np.float32)[..., None])
 
 
 # --- Weights -------------------------------------------------------------------------------------

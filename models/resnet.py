@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxnet import families
 from mlxnet.errors import MlxnetError
-from mlxnet.image import center_crop, draw_boxes, load_image, load_images, resize_pil
+from mlxnet.image import ImageInput, as_rgb, as_rgb_images, center_crop, draw_boxes, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
                             register_spec)
@@ -238,8 +238,10 @@ def top_k(logits: mx.array, k: int = 5, names: Sequence[str] | None = None) -> l
     return out
 
 
-def classify(model: ResNet, paths: Sequence[str], k: int = 5) -> list[list[tuple[str, float]]]:
-    batch = mx.concatenate([preprocess(load_image(p)) for p in paths])
+def classify(model: ResNet, images: Sequence[ImageInput], k: int = 5) -> list[list[tuple[str, float]]]:
+    """The top ``k`` (label, probability) of each image (anything :func:`mlxnet.image.as_rgb` takes)."""
+    pixels = [as_rgb(image, f"resnet.classify, image {i}") for i, image in enumerate(images)]
+    batch = mx.concatenate([preprocess(p) for p in pixels])
     return top_k(model(batch), k)
 
 
@@ -299,11 +301,11 @@ class Classifier:
             raise MlxnetError(f"{len(names)} class names for a {classes}-class model")
         self.net, self.names = net, tuple(names) if names is not None else None
 
-    def predict(self, images: str | np.ndarray | Sequence[str | np.ndarray],
+    def predict(self, images: ImageInput | Sequence[ImageInput],
                 k: int = 5) -> Classification | list[Classification]:
-        """The top ``k`` labels of one image (path or uint8 HWC RGB), or a list for a list, which
-        runs as one batch."""
-        pixels, single = load_images(images)
+        """The top ``k`` labels of one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX
+        array: see :func:`mlxnet.image.as_rgb`), or a list for a list, which runs as one batch."""
+        pixels, single = as_rgb_images(images, "Classifier.predict")
         batch = mx.concatenate([preprocess(p) for p in pixels])
         results = [Classification(top) for top in top_k(self.net(batch), k, self.names)]
         return results[0] if single else results

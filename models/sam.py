@@ -21,7 +21,7 @@ import mlx.nn as nn
 import numpy as np
 
 from mlxnet.errors import MlxnetError
-from mlxnet.image import draw_prompts, overlay_masks, resize_pil
+from mlxnet.image import ImageInput, as_rgb, draw_prompts, overlay_masks, resize_pil
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
 
 from .sam_decoder import MaskDecoder, PromptEncoder
@@ -140,16 +140,6 @@ def apply_boxes(boxes: np.ndarray, original_size: tuple[int, int], long_side: in
     return apply_coords(np.asarray(boxes).reshape(-1, 2, 2), original_size, long_side).reshape(-1, 4)
 
 
-def _check_image(image: np.ndarray) -> None:
-    if not isinstance(image, np.ndarray) or image.ndim != 3 or image.shape[2] != 3:
-        got = image.shape if isinstance(image, np.ndarray) else type(image).__name__
-        raise MlxnetError(f"set_image: expected an HxWx3 uint8 image, got {got}")
-    if image.dtype != np.uint8:
-        raise MlxnetError(f"set_image: expected uint8 pixels in [0, 255], got dtype {image.dtype}")
-    if min(image.shape[:2]) < 1:
-        raise MlxnetError(f"set_image: empty image of shape {image.shape}")
-
-
 class SamPredictor:
     """Embed an image once (:meth:`set_image`), then predict masks for many prompts."""
 
@@ -171,13 +161,17 @@ class SamPredictor:
     def is_image_set(self) -> bool:
         return self.features is not None
 
-    def set_image(self, image: np.ndarray, image_format: str = "RGB") -> None:
-        """Resize (longest side 1024, PIL bilinear), normalise, pad and embed an HxWx3 uint8 image."""
+    def set_image(self, image: ImageInput, image_format: str = "RGB") -> None:
+        """Resize (longest side 1024, PIL bilinear), normalise, pad and embed an image: a path, a
+        PIL image, or an (H, W, 3) NumPy / MLX array (:func:`mlxnet.image.as_rgb`).
+        ``image_format="BGR"`` says an array's channels are in OpenCV's order; files and PIL
+        images are read as RGB whatever it says."""
         if image_format not in ("RGB", "BGR"):
             raise MlxnetError(f"set_image: image_format must be 'RGB' or 'BGR', got {image_format!r}")
-        _check_image(image)
-        if image_format == "BGR":
-            image = image[..., ::-1]
+        pixels = as_rgb(image, "set_image")
+        if image_format == "BGR" and isinstance(image, (np.ndarray, mx.array)):
+            pixels = pixels[..., ::-1]
+        image = pixels
         h, w = image.shape[:2]
         new_h, new_w = preprocess_shape(h, w, self.model.img_size)
         resized = resize_pil(np.ascontiguousarray(image), (new_w, new_h))

@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlxnet.errors import MlxnetError
+from mlxnet.image import ImageInput
 from mlxnet.ops import nms
 
 from .sam import SamPredictor, apply_coords
@@ -75,11 +76,12 @@ class SamAutomaticMaskGenerator:
         self.stability_score_offset = stability_score_offset
         self.box_nms_thresh = box_nms_thresh
 
-    def generate(self, image: np.ndarray | None = None) -> list[dict[str, Any]]:
+    def generate(self, image: ImageInput | None = None) -> list[dict[str, Any]]:
         """One record per mask, highest predicted IoU first: ``segmentation`` (H, W) bool, ``area``,
         ``bbox`` (x, y, w, h), ``predicted_iou``, ``point_coords``, ``stability_score``, ``crop_box``.
 
-        ``image`` (HxWx3 uint8) is embedded first; None reuses the image already set on the predictor.
+        ``image`` (a path, a PIL image or an (H, W, 3) array, as :meth:`SamPredictor.set_image`
+        takes) is embedded first; None reuses the image already set on the predictor.
         """
         if image is not None:
             self.predictor.set_image(image)

@@ -23,7 +23,7 @@ import numpy as np
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
-from mlxnet.image import load_images
+from mlxnet.image import ImageInput, as_rgb_images
 from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
@@ -402,7 +402,7 @@ def seeded(scale: str = "n", seed: int = 1234, bn_gain: float = 1.0, head_gain: 
     return load_into(YOLOv8(scale), convert_state_dict(state, f"yolov8{scale}"))
 
 
-ImageLike = str | os.PathLike | np.ndarray
+ImageLike = ImageInput  # a path, a PIL image, a NumPy or MLX array (mlxnet.image.as_rgb)
 
 
 class YOLO:
@@ -438,10 +438,7 @@ class YOLO:
         """Detections for one image (path or uint8 HWC RGB array), or a list for a list. A list
         runs as batches: the images whose letterboxed shapes agree go through one forward, so
         each gets exactly the result it would get alone."""
-        pixels, single = load_images(images)
-        for img in pixels:
-            if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-                raise MlxnetError(f"expected a uint8 (H, W, 3) RGB image, got {img.dtype} {img.shape}")
+        pixels, single = as_rgb_images(images, "YOLO.predict")
         boxed = [letterbox(img, imgsz) for img in pixels]
         same_shape: dict[tuple[int, ...], list[int]] = {}
         for i, b in enumerate(boxed):

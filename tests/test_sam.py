@@ -279,10 +279,10 @@ def test_predictor_errors(model32):
     predictor = sam.SamPredictor(model32)
     with pytest.raises(mlxnet.MlxnetError, match=r"predict: no image set; call set_image"):
         predictor.predict(np.array([[1, 2]]), np.array([1]))
-    with pytest.raises(mlxnet.MlxnetError, match="expected an HxWx3 uint8 image, got"):
+    with pytest.raises(mlxnet.MlxnetError, match=r"set_image: expected an \(H, W, 3\) RGB image"):
         predictor.set_image(np.zeros((10, 10), np.uint8))
-    with pytest.raises(mlxnet.MlxnetError, match="expected uint8 pixels"):
-        predictor.set_image(np.zeros((10, 10, 3), np.float32))
+    with pytest.raises(mlxnet.MlxnetError, match=r"set_image: float pixels must be in \[0, 1\]"):
+        predictor.set_image(np.full((10, 10, 3), 255.0, np.float32))
     with pytest.raises(mlxnet.MlxnetError, match="image_format must be 'RGB' or 'BGR'"):
         predictor.set_image(IMAGE, image_format="HSV")
     predictor.features, predictor.original_size, predictor.input_size = mx.zeros((1, 64, 64, 256)), (96, 128), (768, 1024)

@@ -236,7 +236,7 @@ def test_predict_rejects_bad_input():
     det = yolo.YOLO(seeded_fused_n())
     with pytest.raises(mlxnet.MlxnetError, match="imgsz must be a positive multiple of 32, got 300"):
         det.predict(np.zeros((64, 64, 3), np.uint8), imgsz=300)
-    with pytest.raises(mlxnet.MlxnetError, match="expected a uint8 \\(H, W, 3\\) RGB image"):
+    with pytest.raises(mlxnet.MlxnetError, match=r"YOLO.predict: expected an \(H, W, 3\) RGB image"):
         det.predict(np.zeros((64, 64), np.uint8))
     with pytest.raises(mlxnet.MlxnetError, match="no such image file"):
         det.predict("/nonexistent/image.jpg")
