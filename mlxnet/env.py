@@ -1,4 +1,4 @@
-"""The one place mlxnet reads its ``MLXNET_*`` environment switches.
+"""The one place mlxnet reads its ``MLXNET_*`` environment switches (and numeric limits).
 
 Every switch has a fixed set of accepted spellings (case and surrounding blanks ignored); an
 unset or empty variable means its default. Anything else is a :class:`MlxnetError` whose one
@@ -79,10 +79,43 @@ def switch(variable: str) -> str:
                           f"expected {expected(list(spec.accepted))}") from None
 
 
+@dataclass(frozen=True)
+class Limit:
+    """One numeric setting: what it measures (with its unit) and its default."""
+    what: str
+    default: float
+
+
+LIMITS: dict[str, Limit] = {
+    # Image URLs given as sources (mlxnet.commands.remote): the most one download may hold, and
+    # how long connecting or waiting for the next bytes may take.
+    "MLXNET_DOWNLOAD_MAX_MB": Limit("download size limit in MB", 50.0),
+    "MLXNET_DOWNLOAD_TIMEOUT": Limit("download timeout in seconds", 30.0),
+}
+
+
+def limit(variable: str) -> float:
+    """The positive number ``variable`` holds (read now), its default when unset or empty,
+    else MlxnetError."""
+    spec = LIMITS[variable]
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return spec.default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):  # NaN fails this too
+        raise MlxnetError(f"{variable}: {spec.what} must be a positive number, got {raw!r}")
+    return value
+
+
 def check_all() -> None:
-    """Validate every MLXNET_* switch now (the command does, before any work)."""
+    """Validate every MLXNET_* switch and limit now (the command does, before any work)."""
     for variable in SWITCHES:
         switch(variable)
+    for variable in LIMITS:
+        limit(variable)
 
 
 # Problems found while mlxnet was imported: variable -> message (strings, not exception

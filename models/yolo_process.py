@@ -2,8 +2,9 @@
 
 letterbox:   LetterBox(imgsz, auto=True, stride=32): scale the long side to imgsz (aspect kept),
              pad to the smallest stride-32 rectangle with grey 114, centred.
-postprocess: non_max_suppression: keep anchors whose best class score > conf, xywh -> xyxy,
-             class-aware NMS (IoU > iou suppresses, at most max_det, max_nms candidates).
+postprocess: non_max_suppression: keep anchors whose best class score > conf (and, given
+             ``classes``, whose best class is one of them), xywh -> xyxy, class-aware NMS
+             (IoU > iou suppresses, at most max_det, max_nms candidates).
 scale_boxes: undo the letterbox (padding, then gain) and clip to the original image.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -53,14 +55,20 @@ def xywh2xyxy(b: np.ndarray) -> np.ndarray:
 
 
 def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
-                agnostic: bool = False, max_nms: int = MAX_NMS) -> np.ndarray:
+                agnostic: bool = False, max_nms: int = MAX_NMS,
+                classes: Sequence[int] | None = None) -> np.ndarray:
     """One image's (A, 4 + nc) head output -> (K, 6) float32 [x1, y1, x2, y2, score, class],
-    highest score first, in the network input's pixels."""
+    highest score first, in the network input's pixels. ``classes``: keep only anchors whose
+    best class is one of these, before the max_nms cut and NMS, as ultralytics does (an anchor
+    whose best class is another is dropped, not given its best listed class)."""
     if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0:
         raise MlxnetError(f"conf and iou must be in [0, 1], got conf={conf}, iou={iou}")
     pred = pred.astype(mx.float32)
     best = np.array(pred[:, 4:].max(axis=-1))
-    cand = np.nonzero(best > conf)[0]
+    wanted = best > conf
+    if classes is not None:
+        wanted &= np.isin(np.array(pred[:, 4:].argmax(axis=-1)), np.asarray(classes, dtype=np.int64))
+    cand = np.nonzero(wanted)[0]
     if cand.size > max_nms:
         cand = cand[np.argsort(-best[cand], kind="stable")[:max_nms]]
     if cand.size == 0:

@@ -1,4 +1,6 @@
-"""`mlxnet detect`: YOLOv8 object detection; labelled boxes drawn on a copy of each image."""
+"""`mlxnet detect`: YOLOv8 object detection; labelled boxes drawn on a copy of each image, and on
+request ultralytics' extras: only some classes, YOLO label files, crops
+(:mod:`mlxnet.commands.detect_outputs`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,6 +27,18 @@ def detect(
     iou: float = typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold."),
     imgsz: int = typer.Option(640, "--imgsz", help="Inference size (long side, multiple of 32)."),
     max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per image."),
+    classes: Optional[List[str]] = typer.Option(
+        None, "--classes", metavar="IDS|NAMES",
+        help="Keep only these classes: ids or names, comma-separated or repeated (--classes 0,2, "
+             "--classes person --classes bus); the others are dropped before NMS, as ultralytics' classes= does.",
+        show_default=False),
+    save_txt: bool = typer.Option(False, "--save-txt",
+                                  help="Also write YOLO labels to OUTPUT/labels/NAME.txt: 'class cx cy w h' "
+                                       "normalised to 0-1, one line per detection."),
+    save_conf: bool = typer.Option(False, "--save-conf", help="With --save-txt: end each line with the score."),
+    save_crop: bool = typer.Option(False, "--save-crop",
+                                   help="Also save each detection's crop as OUTPUT/crops/CLASS/NAME.jpg (NAME_2.jpg... "
+                                        "for more of one class)."),
     batch: int = grammar.batch(8),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
@@ -34,6 +48,7 @@ def detect(
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
     from mlxnet import families
+    from mlxnet.commands import detect_outputs as extras
     from mlxnet.image import load_image, save_image
     from mlxnet.weights import read_labels
 
@@ -41,21 +56,33 @@ def detect(
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
     names = read_labels(labels) if labels is not None else None
-    if names_one_file(images, output):
+    one_file = names_one_file(images, output)
+    if one_file:
         jobs = [Job(source, (Path(output),)) for source in expand_inputs(images)]
     else:
         jobs = [Job(source, (mirror(source, Path(output)),)) for source in expand_inputs(images, skip=Path(output))]
     check_outputs(jobs)
+    more = extras.ExtraOutputs(jobs, Path(output), one_file, save_txt=save_txt, save_conf=save_conf,
+                               save_crop=save_crop)
+    wanted: list[list[int] | None] = [None]  # --classes as ids, once the model's names are known
+
+    def load():
+        detector = load_model(lambda: family.predictor(weights, model, dtype, names=names))
+        if classes:
+            wanted[0] = extras.resolve_classes(classes, detector.names)
+        return detector
 
     def finish(job: Job, image: np.ndarray, det) -> tuple[dict, str]:
         target = job.outputs[0]
         save_image(det.render(image), target)
-        record = {"output": str(target), "width": image.shape[1], "height": image.shape[0], **det.to_dict()}
-        return record, f"{job.name}: {det.summary()} -> {target}"
+        written = more.write(job, image, det)
+        record = {"output": str(target), "width": image.shape[1], "height": image.shape[0], **written,
+                  **det.to_dict()}
+        return record, f"{job.name}: {det.summary()} -> {', '.join([str(target), *more.summary(written)])}"
 
     run_jobs(
-        jobs, batch, what="detect", as_json=as_json,
-        load=lambda: load_model(lambda: family.predictor(weights, model, dtype, names=names)),
+        jobs, batch, what="detect", as_json=as_json, load=load,
         prepare=lambda job: load_image(job.source.path),
-        predict=lambda detector, pixels: detector.predict(pixels, conf=conf, iou=iou, imgsz=imgsz, max_det=max_det),
+        predict=lambda detector, pixels: detector.predict(pixels, conf=conf, iou=iou, imgsz=imgsz, max_det=max_det,
+                                                          classes=wanted[0]),
         finish=finish)

@@ -2,7 +2,7 @@
 
 | element | meaning |
 |---|---|
-| `SOURCE...` | image files, folders (searched recursively) or quoted glob patterns |
+| `SOURCE...` | image files, folders (searched recursively), quoted glob patterns or http(s) URLs |
 | `-o/--output PATH` | where results go: a folder; with one source, a path with an image extension names the file itself |
 | `-m/--model ID` | the model variant (`mlxnet models` lists them) |
 | `-w/--weights ID\\|FILE\\|random` | a hub id, a local file, or seeded random weights (offline trials) |
@@ -11,6 +11,11 @@
 | `--batch N` | images per forward (or training batch) |
 | `--json` | JSON Lines on stdout (one object per image); progress and notes go to stderr |
 | `--force` | replace what a command would otherwise refuse to overwrite |
+
+URLs are downloaded with their batch into a private temporary folder removed at exit, at most
+`MLXNET_DOWNLOAD_MAX_MB` (default 50) megabytes each, connecting and each wait for data at most
+`MLXNET_DOWNLOAD_TIMEOUT` (default 30) seconds (mlxnet/commands/remote.py); a failed download fails
+that source alone, and the output is named after the URL's last path segment.
 
 Overwrite rules: no command ever writes over one of its inputs. Image commands (detect, segment,
 inpaint) write into `-o` and replace their own earlier results of the same name there; `convert`
@@ -24,7 +29,9 @@ import typer
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
-SOURCES_HELP = "Image files, folders (searched recursively) or quoted glob patterns ('photos/**/*.jpg')."
+SOURCES_HELP = ("Image files, folders (searched recursively), quoted glob patterns ('photos/**/*.jpg') "
+                "or http(s) URLs (downloaded; limits: MLXNET_DOWNLOAD_MAX_MB, default 50, and "
+                "MLXNET_DOWNLOAD_TIMEOUT, default 30 s).")
 OUTPUT_HELP = ("Folder for the results (inputs keep their relative paths below it); with one source, "
                "a path with an image extension (.png, .jpg) is the file itself.")
 

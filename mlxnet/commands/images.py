@@ -1,7 +1,7 @@
 """What the image commands (classify, detect, segment, inpaint) share: many inputs in, one
 output per input, the images streamed through the model a batch at a time.
 
-Inputs (:func:`expand_inputs`): each argument is an image file, a folder or a glob pattern.
+Inputs (:func:`expand_inputs`): each argument is an image file, a folder, a glob pattern or a URL.
 
 - A file is taken as named, whatever its extension; if it is missing or unreadable, that image
   fails on its own.
@@ -12,6 +12,10 @@ Inputs (:func:`expand_inputs`): each argument is an image file, a folder or a gl
 - A pattern (an argument that is not an existing path and holds ``*``, ``?`` or ``[``; quote it
   so that mlxnet, not the shell, expands it) is expanded by :func:`glob.glob`, ``**`` matching
   any depth; hidden names, non-image files and the output folder are skipped as in a folder.
+- An http(s) URL is downloaded when its batch is read (:mod:`mlxnet.commands.remote`: size and
+  time limits, a private folder removed at exit); a failed download fails that image alone. Its
+  output is named after the URL's last path segment (made safe; ``_2``... added when two URLs
+  end alike). Any other ``scheme://`` argument is an error before any work.
 - A folder or pattern that yields no image is an error before any work; a file named twice
   (or by a folder and by name) runs once.
 
@@ -71,18 +75,42 @@ class Source:
 
     name: str
     rel: Path
+    download: Path | None = None  # a URL source (its name is the URL): the file it is fetched to
 
     @property
     def path(self) -> Path:
-        return Path(self.name)
+        return self.download if self.download is not None else Path(self.name)
 
+    def fetch(self) -> None:
+        """Download a URL source, once (a file source is read where it lies)."""
+        if self.download is not None and not self.download.exists():
+            from mlxnet.commands import remote
+
+            remote.download(self.name, self.download)
+
+
+def fetched_first(prepare: Callable[["Job"], Prepared]) -> Callable[["Job"], Prepared]:
+    """``prepare`` after fetching the job's source: a URL is downloaded with its batch, and a
+    failed download fails that image alone, as an unreadable file does. An error about the
+    downloaded file names the URL: the temporary file is gone when the user reads it."""
+    def fetch_and_prepare(job: "Job") -> Prepared:
+        job.source.fetch()
+        try:
+            return prepare(job)
+        except MlxnetError as e:
+            if job.source.download is None:
+                raise
+            raise MlxnetError(str(e).replace(str(job.source.download), job.name)) from None
+    return fetch_and_prepare
 
 
 
 def is_pattern(arg: str) -> bool:
-    """An argument mlxnet expands as a glob: not an existing path (a file may be named ``[1].png``),
-    with a wildcard in it."""
-    return not os.path.lexists(arg) and bool(_GLOB_CHARS.search(arg))
+    """An argument mlxnet expands as a glob: not an existing path (a file may be named ``[1].png``)
+    nor a URL (``?`` starts its query), with a wildcard in it."""
+    from mlxnet.commands import remote
+
+    return not os.path.lexists(arg) and not remote.has_scheme(arg) and bool(_GLOB_CHARS.search(arg))
 
 
 def _folder_sources(folder: str, skip: Path | None) -> Iterator[Source]:
@@ -124,7 +152,19 @@ def _pattern_sources(pattern: str, skip: Path | None) -> list[Source]:
             and (skip_real is None or not _inside(m, skip_real))]
 
 
-def _sources_of(arg: str, skip: Path | None) -> list[Source]:
+def _url_source(url: str, taken: set[str]) -> Source:
+    """A URL's source: checked now (http or https), downloaded later, into the run's folder."""
+    from mlxnet.commands import remote
+
+    name = remote.unique_name(remote.output_name(remote.check_scheme(url)), taken)
+    return Source(url, Path(name), remote.downloads_folder() / name)  # unique among the run's names
+
+
+def _sources_of(arg: str, skip: Path | None, taken: set[str]) -> list[Source]:
+    from mlxnet.commands import remote
+
+    if remote.has_scheme(arg):
+        return [_url_source(arg, taken)]
     if os.path.isdir(arg):
         found = list(_folder_sources(arg, skip))
         if not found:
@@ -139,25 +179,31 @@ def _sources_of(arg: str, skip: Path | None) -> list[Source]:
 
 
 def expand_inputs(args: Sequence[str], skip: Path | None = None) -> list[Source]:
-    """Every input image of the arguments (files, folders, patterns), each once, in argument
-    order; ``skip``: the output folder, not searched for inputs."""
+    """Every input image of the arguments (files, folders, patterns, URLs), each once, in
+    argument order; ``skip``: the output folder, not searched for inputs."""
     sources: list[Source] = []
     seen: set[str] = set()
+    rels: set[str] = set()  # output paths taken so far: a URL's name avoids them
     for arg in args:
-        for source in _sources_of(arg, skip):
-            key = os.path.normcase(os.path.abspath(source.name))
+        for source in _sources_of(arg, skip, rels):
+            # a URL named twice is downloaded once
+            key = source.name if source.download is not None else os.path.normcase(os.path.abspath(source.name))
             if key not in seen:
                 seen.add(key)
+                rels.add(os.path.normcase(str(source.rel)))
                 sources.append(source)
     return sources
 
 
 def names_one_file(args: Sequence[str], output: str) -> bool:
-    """Whether ``-o`` names the output file itself (segment and inpaint's one-image form): one
-    argument that is neither a folder nor a pattern, and an output that is not a folder (an
-    existing one, or one written with a trailing slash)."""
+    """Whether ``-o`` names the output file itself (the grammar's one-source form): one argument
+    that is neither a folder nor a pattern, and an output with an image extension that is not a
+    folder (an existing one, or one written with a trailing slash)."""
+    from mlxnet.image import readable_extensions
+
     return (len(args) == 1 and not os.path.isdir(args[0]) and not is_pattern(args[0])
-            and not os.path.isdir(output) and not output.endswith(("/", os.sep)))
+            and not os.path.isdir(output) and not output.endswith(("/", os.sep))
+            and os.path.splitext(output)[1].lower() in readable_extensions())
 
 
 # --- Outputs ---------------------------------------------------------------------------------------
@@ -289,6 +335,8 @@ def _missing_input(job: Job) -> MlxnetError | None:
     an image extension (``photos/``) may have been meant as a folder. A missing ``x.jpg`` is
     left to the image loader, whose message names an image file."""
     name = job.source.name
+    if job.source.download is not None:  # a URL: its download says what went wrong
+        return None
     if os.path.lexists(name) or (_is_image_name(os.path.basename(name)) and not name.endswith(("/", os.sep))):
         return None
     return MlxnetError(f"{name}: no such file or folder")
@@ -373,6 +421,7 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
     run whose images all fail never loads them), and its error ends the command: it would fail
     every image the same way."""
     loaded: list[Model] = []
+    prepare = fetched_first(prepare)
 
     def model() -> Model:
         if not loaded:
