@@ -434,10 +434,12 @@ class YOLO:
         return cls(net.fuse() if fuse else net, names if names is not None else found.names)
 
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
-                imgsz: int = 640, max_det: int = 300, agnostic: bool = False) -> Detections | list[Detections]:
+                imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
+                classes: Sequence[int] | None = None) -> Detections | list[Detections]:
         """Detections for one image (path or uint8 HWC RGB array), or a list for a list. A list
         runs as batches: the images whose letterboxed shapes agree go through one forward, so
-        each gets exactly the result it would get alone."""
+        each gets exactly the result it would get alone. ``classes``: class ids to keep (the
+        others are dropped before NMS, as ultralytics' ``classes=`` does)."""
         pixels, single = as_rgb_images(images, "YOLO.predict")
         boxed = [letterbox(img, imgsz) for img in pixels]
         same_shape: dict[tuple[int, ...], list[int]] = {}
@@ -448,7 +450,8 @@ class YOLO:
         for shape, members in same_shape.items():
             pred = self.net(mx.array(np.stack([boxed[i] for i in members])).astype(dtype) / 255)
             for row, i in enumerate(members):
-                det = postprocess(pred[row], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic)
+                det = postprocess(pred[row], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic,
+                                  classes=classes)
                 boxes = scale_boxes(shape[:2], det[:, :4], pixels[i].shape[:2])
                 results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
         return results[0] if single else results
