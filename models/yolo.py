@@ -384,7 +384,7 @@ for _s in SCALES:
 def seeded_torch_state(scale: str, seed: int, bn_gain: float = 1.0, head_gain: float = 20.0,
                        nc: int = 80) -> dict[str, np.ndarray]:
     """Deterministic random weights in the official checkpoint's keys and PyTorch layouts, exactly
-    as scripts/golden_yolo.py gives ultralytics (mlxnet.weights.seeded.seeded_yolo_state)."""
+    as scripts/goldens/golden_yolo.py gives ultralytics (mlxnet.weights.seeded.seeded_yolo_state)."""
     from mlx.utils import tree_flatten
 
     from mlxnet.weights.seeded import seeded_yolo_state
