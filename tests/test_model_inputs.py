@@ -8,7 +8,7 @@ entry point (or the file) and saying what was expected and what came.
 
 Weights are random: the families' own ``build`` (seeded) for ResNet and SAM, YOLO's seeded
 weights (they find boxes on a photo, so equal results mean something), a one-block LaMa (the
-released variants on random weights take seconds a call on a CPU). SAM's image encoder is
+smallest that runs the whole inpaint path: 30 calls). SAM's image encoder is
 replaced by a recorder, so the test sees the pixels SAM would embed without a 1024² encoder
 pass per case (tests/test_sam.py runs the real encoder).
 """
@@ -114,7 +114,7 @@ def entry_points() -> dict[str, Callable[[Any], Any]]:
     """Entry point name -> call on one image, returning something comparable with ==."""
     classifier = resnet.Classifier(_built("resnet18"))
     detector = yolo.YOLO(yolo.seeded("n", 1234, 2.5, 5.0))  # seeded to find boxes on a photo
-    inpainter = lama.LaMa(n_blocks=1)  # as test_lama's; the 9-block variant on random weights is slow on a CPU
+    inpainter = lama.LaMa(n_blocks=1)  # as test_lama's: the inpaint path, at a fraction of a released variant's cost
     mx.eval(inpainter.parameters())
     sam = _built("sam-tiny")
     recorder = EncoderRecorder()
