@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -22,6 +23,7 @@ import numpy as np
 
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, draw_prompts, overlay_masks, resize_pil
+from mlxnet.nn.resize import BilinearResize
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
 
 from .sam_decoder import MaskDecoder, PromptEncoder
@@ -59,33 +61,17 @@ class Sam(nn.Module):
 
     def postprocess_masks(self, masks: mx.array, input_size: tuple[int, int],
                           original_size: tuple[int, int]) -> mx.array:
-        """(B, C, 256, 256) logits → (B, C, H, W) at the original image size (float32)."""
-        masks = masks.astype(mx.float32)
-        # Upsample to the padded input size but keep only the rows/columns of the resized image
-        # (the same values SAM gets by upsampling everything and cropping).
-        masks = interpolate_bilinear(masks, (self.img_size, self.img_size), keep=input_size)
-        return interpolate_bilinear(masks, original_size)
+        """(B, C, 256, 256) logits → (B, C, H, W) at the original image size (float32): upsampled
+        to the padded input size, cropped to the resized image, resized to the original size."""
+        upscale = mask_upscaling(tuple(masks.shape[-2:]), self.img_size, input_size, original_size)
+        return upscale(masks.astype(mx.float32))
 
 
-def _axis_table(n_in: int, n_out: int, keep: int) -> tuple[mx.array, mx.array, mx.array]:
-    """Source rows and weights of PyTorch's bilinear resize (align_corners=False) along one axis."""
-    src = np.maximum((np.arange(keep, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5, 0.0)
-    lo = np.minimum(np.floor(src).astype(np.int32), n_in - 1)
-    hi = np.minimum(lo + 1, n_in - 1)
-    return mx.array(lo), mx.array(hi), mx.array((src - lo).astype(np.float32))
-
-
-def interpolate_bilinear(x: mx.array, size: tuple[int, int], keep: tuple[int, int] | None = None) -> mx.array:
-    """Resize the last two axes like ``F.interpolate(mode="bilinear", align_corners=False)``;
-    ``keep`` returns only the first (rows, cols) of that output."""
-    h, w = x.shape[-2:]
-    keep = keep or size
-    lo, hi, f = _axis_table(h, size[0], keep[0])
-    top, bottom = mx.take(x, lo, axis=-2), mx.take(x, hi, axis=-2)
-    x = top + (bottom - top) * f[:, None]
-    lo, hi, f = _axis_table(w, size[1], keep[1])
-    left, right = mx.take(x, lo, axis=-1), mx.take(x, hi, axis=-1)
-    return left + (right - left) * f
+@lru_cache(maxsize=8)
+def mask_upscaling(low_res: tuple[int, int], img_size: int, input_size: tuple[int, int],
+                   original_size: tuple[int, int]) -> BilinearResize:
+    """SAM's three mask resizing steps (bilinear, as F.interpolate) as one, for an image's sizes."""
+    return BilinearResize(low_res).resize((img_size, img_size)).crop(input_size).resize(original_size)
 
 
 def sam_tiny() -> Sam:
@@ -246,16 +232,29 @@ class SamPredictor:
         point_coords (B, N, 2), point_labels (B, N), boxes (B, 4), mask_input (B, 1, 256, 256).
         Returns masks (B, C, H, W), scores (B, C), low-res logits (B, C, 256, 256)."""
         self._require_image("predict_batch")
-        points = (point_coords, point_labels) if point_coords is not None else None
-        dense_in = None if mask_input is None else mask_input.transpose(0, 2, 3, 1).astype(self.model.dtype)
-        sparse, dense = self.model.prompt_encoder(points, boxes, dense_in)
-        low_res, scores = self.model.mask_decoder(self.features, self.model.prompt_encoder.get_dense_pe(),
-                                                  sparse, dense, multimask_output)
-        masks = self.model.postprocess_masks(low_res, self.input_size, self.original_size)
+        low_res, scores = self.predict_low_res(point_coords, point_labels, boxes, mask_input, multimask_output)
+        masks = self.upscale_masks(low_res)
         if not return_logits:
             masks = masks > self.model.mask_threshold
         mx.eval(masks, scores, low_res)
         return masks, scores, low_res
+
+    def predict_low_res(self, point_coords: mx.array | None, point_labels: mx.array | None,
+                        boxes: mx.array | None = None, mask_input: mx.array | None = None,
+                        multimask_output: bool = True) -> tuple[mx.array, mx.array]:
+        """:meth:`predict_batch` up to the mask decoder: low-res logits (B, C, 256, 256) and scores
+        (B, C), not evaluated. Segment-everything filters by score before it upscales."""
+        self._require_image("predict_low_res")
+        points = (point_coords, point_labels) if point_coords is not None else None
+        dense_in = None if mask_input is None else mask_input.transpose(0, 2, 3, 1).astype(self.model.dtype)
+        sparse, dense = self.model.prompt_encoder(points, boxes, dense_in)
+        return self.model.mask_decoder(self.features, self.model.prompt_encoder.get_dense_pe(),
+                                       sparse, dense, multimask_output)
+
+    def upscale_masks(self, low_res: mx.array) -> mx.array:
+        """(..., 256, 256) low-res logits → (..., H, W) float32 logits at the image's original size."""
+        self._require_image("upscale_masks")
+        return self.model.postprocess_masks(low_res, self.input_size, self.original_size)
 
 
 @dataclass

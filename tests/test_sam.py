@@ -367,13 +367,14 @@ def test_automatic_mask_post_processing_matches_reference(model32, monkeypatch):
     h, w = IMAGE.shape[:2]
     predictor.features, predictor.original_size, predictor.input_size = mx.zeros((1, 64, 64, 256)), (h, w), (768, 1024)
 
-    def fake_predict_batch(point_coords, point_labels, boxes=None, mask_input=None, multimask_output=True,
-                           return_logits=False):
+    def fake_predict_low_res(point_coords, point_labels, boxes=None, mask_input=None, multimask_output=True):
         pts = np.array(point_coords[:, 0]).astype(np.float64) / 8.0  # the 1024 frame is 8x this photo
         logits, iou = synthetic_prediction(pts, h, w)
-        return mx.array(logits), mx.array(iou), None
+        return mx.array(logits), mx.array(iou)
 
-    monkeypatch.setattr(predictor, "predict_batch", fake_predict_batch)
+    # The synthetic logits are at the photo's size already: upscaling leaves them as they are.
+    monkeypatch.setattr(predictor, "predict_low_res", fake_predict_low_res)
+    monkeypatch.setattr(predictor, "upscale_masks", lambda logits: logits)
     anns = SamAutomaticMaskGenerator(predictor, **META["amg_synthetic"]["settings"]).generate()
     check_amg(anns, "amg_synthetic")
     assert len(anns) >= 5 and len({tuple(a["bbox"]) for a in anns}) == len(anns)
