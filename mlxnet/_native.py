@@ -6,7 +6,7 @@ On Linux they are compiled on first use, the way MLX's own CPU JIT compiles fuse
 ``g++`` against the installed MLX headers and ``libmlx``, with nanobind (a dependency on
 Linux) for the Python binding, cached under ``~/.cache/mlxnet/native/<key>/`` (the key hashes
 the source, the MLX, nanobind and compiler versions and the instruction-set level). The build
-takes about 10 s.
+takes about 10 s, announced by one line on stderr when it starts.
 
 The code is built for the x86-64 level (v2, v3 or v4) that the CPU running this process reports
 through CPUID (numpy's run-time detection, which is also what an emulator presents), never with
@@ -132,6 +132,9 @@ def _build(tc: dict, text: str, folder: Path) -> Path:
 
 
 def _compile(tc: dict, text: str, target: Path) -> Path:
+    # The first command on a machine would otherwise sit silent for the build's ~10 s. One line,
+    # only when a build really starts (not on a cache hit), on stderr: stdout may be --json.
+    print("mlxnet: building CPU primitives for this CPU (once, ~10 s)...", file=sys.stderr, flush=True)
     folder = target.parent
     work = Path(tempfile.mkdtemp(prefix="build-", dir=folder.parent))
     source = work / "cpu_ops.cpp"

@@ -6,6 +6,9 @@ when stderr is a terminal (rich's test: a TTY, or FORCE_COLOR / TTY_COMPATIBLE=1
 one) and the caller is not quiet (``--json`` output, a rank other than 0). Otherwise nothing is
 drawn and a command's lines are printed as they come.
 
+A bar opened while another is drawn (segment-everything's points within the images' bar) is
+drawn under it, on the same console, and goes when done: two consoles would draw over each other.
+
 While a bar is drawn, a command's own lines go through it (:meth:`ProgressBar.out`,
 :meth:`ProgressBar.err`): its console prints them above the bar, where printed past it they
 would be drawn over. Stray output (a library's warning) is redirected above the bar too; stdout
@@ -20,6 +23,10 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
+
+
+# The consoles of the bars being drawn, innermost last: a nested bar draws on the outermost's.
+_drawing: list["Console"] = []
 
 
 def progress_console() -> "Console":
@@ -41,11 +48,12 @@ class ProgressBar:
     def drawn(self) -> bool:
         return self._progress is not None
 
-    def advance(self, status: str | None = None) -> None:
-        """One more unit done; ``status`` replaces the text shown after the count (a loss, a rate)."""
+    def advance(self, status: str | None = None, count: int = 1) -> None:
+        """``count`` more units done (one update, so the rate stays true when work comes in
+        batches); ``status`` replaces the text shown after the count (a loss, a rate)."""
         if self._progress is not None:
             fields = {} if status is None else {"status": status}
-            self._progress.update(self._task, advance=1, **fields)  # type: ignore[arg-type]
+            self._progress.update(self._task, advance=count, **fields)  # type: ignore[arg-type]
 
     def out(self, text: str) -> None:
         """A result line for stdout: above the bar when stdout is the terminal it is drawn on."""
@@ -75,8 +83,9 @@ def progress_bar(what: str, total: int, *, quiet: bool = False, unit: str | None
     """A :class:`ProgressBar` for ``total`` units of work: ``what``, the bar, the count, the rate
     in ``unit``/s (if given), the latest ``advance`` status (if ``status``), the time elapsed and
     the ETA. ``transient``: the bar is erased when done (training draws one per epoch, then logs
-    the epoch's line in its place). The bar is stopped however the block ends."""
-    console = progress_console()
+    the epoch's line in its place; a nested bar always is). The bar is stopped however the
+    block ends."""
+    console = _drawing[0] if _drawing else progress_console()
     if quiet or not console.is_terminal:
         yield ProgressBar()
         return
@@ -95,6 +104,10 @@ def progress_bar(what: str, total: int, *, quiet: bool = False, unit: str | None
     if status:
         columns.append(TextColumn("{task.fields[status]}"))
     columns += [TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=transient,
+    with Progress(*columns, console=console, transient=transient or bool(_drawing),
                   redirect_stdout=sys.stdout.isatty(), redirect_stderr=True) as bar:
-        yield ProgressBar(bar, bar.add_task(what, total=total, status=""))
+        _drawing.append(console)
+        try:
+            yield ProgressBar(bar, bar.add_task(what, total=total, status=""))
+        finally:
+            _drawing.pop()

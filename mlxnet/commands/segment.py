@@ -7,19 +7,29 @@ the overlay and the mask is OUT's ``.mask`` sibling (``out.png`` → ``out.mask.
 images, a folder or a pattern: ``-o`` is a folder; each overlay has its input's relative path
 and its mask is beside it as ``NAME.mask.png`` (PNG: a mask must not be lossy). The prompts
 apply to every image; a point outside an image fails that image only.
+
+``--everything`` takes minutes on a CPU for SAM's 32×32 grid, so it reports its progress over
+the grid's points: a bar under the images' bar on a terminal, a plain line on stderr every
+:data:`PROGRESS_LINE_EVERY_S` seconds otherwise, nothing under ``--json``.
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import typer
 
+from mlxnet import distributed
 from mlxnet.commands import grammar
 from mlxnet.commands.images import (Job, check_outputs, expand_inputs, load_model, mirror, names_one_file,
                                     run_jobs)
 from mlxnet.errors import MlxnetError
+from mlxnet.progress import progress_bar
+
+PROGRESS_LINE_EVERY_S = 10.0  # without a terminal: often enough to show it runs, not a line a batch
 
 
 def _numbers(text: str, n: int, option: str, what: str) -> list[float]:
@@ -58,6 +68,26 @@ def check_points_inside(coords: np.ndarray | None, size: tuple[int, int]) -> Non
     for x, y in coords if coords is not None else []:
         if not (0 <= x <= w and 0 <= y <= h):
             raise MlxnetError(f"--point {x:g},{y:g} lies outside the {w}x{h} image")
+
+
+@contextmanager
+def points_progress(name: str, total: int, quiet: bool) -> Iterator[Callable[[int, int], None]]:
+    """--everything's report over one image's ``total`` points, for the mask generator's
+    ``progress``: a bar on a terminal (drawn under the images' bar), else a plain line on stderr
+    at most every :data:`PROGRESS_LINE_EVERY_S` seconds; nothing when ``quiet`` (--json)."""
+    with progress_bar(f"{name}: points", total, quiet=quiet, unit="pt") as bar:
+        counted, said = 0, time.monotonic()
+
+        def report(done: int, total: int) -> None:
+            nonlocal counted, said
+            if bar.drawn:
+                bar.advance(count=done - counted)
+            elif not quiet and time.monotonic() - said >= PROGRESS_LINE_EVERY_S:
+                bar.err(f"{name}: {done}/{total} points")
+                said = time.monotonic()
+            counted = done
+
+        yield report
 
 
 def mask_path(output: Path) -> Path:
@@ -113,20 +143,24 @@ def segment(
     check_outputs(jobs)
     family = families.for_task(model or "sam-tiny", "segment")
 
-    def prepare(job: Job) -> np.ndarray:
+    def prepare(job: Job) -> tuple[str, np.ndarray]:
         pixels = load_image(job.source.path)
         check_points_inside(coords, pixels.shape[:2])
-        return pixels
+        return job.name, pixels
 
-    def run(predictor, pixels: np.ndarray):
+    def run(predictor, item: tuple[str, np.ndarray]):
+        name, pixels = item
         if everything:
-            return family.segment_everything(
-                predictor, pixels, points_per_side=points_per_side, points_per_batch=points_per_batch,
-                pred_iou_thresh=pred_iou_thresh, stability_score_thresh=stability_thresh,
-                stability_score_offset=stability_offset, box_nms_thresh=nms_thresh)
+            quiet = as_json or not distributed.is_main()  # as the images' bar
+            with points_progress(name, points_per_side ** 2, quiet) as report:
+                return family.segment_everything(
+                    predictor, pixels, points_per_side=points_per_side, points_per_batch=points_per_batch,
+                    pred_iou_thresh=pred_iou_thresh, stability_score_thresh=stability_thresh,
+                    stability_score_offset=stability_offset, box_nms_thresh=nms_thresh, progress=report)
         return family.segment(predictor, pixels, coords, labels, box_arr, multimask)
 
-    def finish(job: Job, pixels: np.ndarray, result) -> tuple[dict, str]:
+    def finish(job: Job, item: tuple[str, np.ndarray], result) -> tuple[dict, str]:
+        pixels = item[1]
         overlay, mask = job.outputs
         save_image(result.render(pixels), overlay)
         save_image(result.mask_image(), mask)
@@ -138,5 +172,5 @@ def segment(
         jobs, batch, what="segment", as_json=as_json,
         load=lambda: load_model(lambda: family.predictor(weights or model or "sam-tiny", model or "sam-tiny", dtype)),
         prepare=prepare,
-        predict=lambda predictor, items: [run(predictor, pixels) for pixels in items],
+        predict=lambda predictor, items: [run(predictor, item) for item in items],
         finish=finish)
