@@ -436,7 +436,8 @@ class YOLO:
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
                 imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
                 classes: Sequence[int] | None = None) -> Detections | list[Detections]:
-        """Detections for one image (path or uint8 HWC RGB array), or a list for a list. A list
+        """Detections for one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX array: see
+        :func:`mlxnet.image.as_rgb`), or a list for a list. A list
         runs as batches: the images whose letterboxed shapes agree go through one forward, so
         each gets exactly the result it would get alone. ``classes``: class ids to keep (the
         others are dropped before NMS, as ultralytics' ``classes=`` does)."""
