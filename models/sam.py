@@ -140,6 +140,7 @@ class SamPredictor:
 
     def reset_image(self) -> None:
         self.features: mx.array | None = None
+        self._grid_pe: mx.array | None = None
         self.original_size: tuple[int, int] | None = None
         self.input_size: tuple[int, int] | None = None
 
@@ -248,8 +249,16 @@ class SamPredictor:
         points = (point_coords, point_labels) if point_coords is not None else None
         dense_in = None if mask_input is None else mask_input.transpose(0, 2, 3, 1).astype(self.model.dtype)
         sparse, dense = self.model.prompt_encoder(points, boxes, dense_in)
-        return self.model.mask_decoder(self.features, self.model.prompt_encoder.get_dense_pe(),
-                                       sparse, dense, multimask_output)
+        if mask_input is None:  # every prompt's dense embedding is the no-mask one: pass it once
+            dense = dense[:1]
+        return self.model.mask_decoder(self.features, self._dense_pe(), sparse, dense, multimask_output)
+
+    def _dense_pe(self) -> mx.array:
+        """The image grid's positional encoding: computed once per image, not per prompt batch."""
+        if self._grid_pe is None:
+            self._grid_pe = self.model.prompt_encoder.get_dense_pe()
+            mx.eval(self._grid_pe)
+        return self._grid_pe
 
     def upscale_masks(self, low_res: mx.array) -> mx.array:
         """(..., 256, 256) low-res logits → (..., H, W) float32 logits at the image's original size."""
