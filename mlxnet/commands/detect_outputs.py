@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mlxnet.commands.images import Job
+from mlxnet.commands.images import Job, file_id
 from mlxnet.errors import MlxnetError
 
 CROP_GAIN, CROP_PAD = 1.02, 10  # ultralytics' save_one_box defaults
@@ -99,14 +99,6 @@ def plan_extras(jobs: Sequence[Job], base: Path, save_txt: bool, save_crop: bool
     return plans
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def _key(path: Path) -> str:
     return os.path.normcase(os.path.realpath(path))
 
@@ -116,14 +108,14 @@ class Guard:
 
     def __init__(self, jobs: Sequence[Job], plans: dict[Job, Extras]) -> None:
         self.inputs = {found: path for job in jobs for path in job.reads
-                       if (found := _file_id(path)) is not None}
+                       if (found := file_id(path)) is not None}
         self.planned = {_key(out) for job in jobs for out in job.outputs}
         self.planned |= {_key(extra.labels) for extra in plans.values() if extra.labels is not None}
 
     def refuse(self, what: str, path: Path, planned_here: bool = False) -> None:
         """One-line MlxnetError if writing ``path`` (``what``: "its crop") would replace an input
         (any name for the same file), or another planned output (unless ``path`` is one of them)."""
-        clash = self.inputs.get(_file_id(path))  # type: ignore[arg-type]
+        clash = self.inputs.get(file_id(path))  # type: ignore[arg-type]
         if clash is not None:
             raise MlxnetError(f"{what} {path} would overwrite the input {clash}; choose another output folder")
         if not planned_here and _key(path) in self.planned:

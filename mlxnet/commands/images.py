@@ -242,7 +242,8 @@ class Job:
         return (self.source.path, *self.also_reads)
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
+def file_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of an existing file, else None: what two names of one file share."""
     try:
         st = os.stat(path)
     except OSError:
@@ -268,12 +269,12 @@ def check_outputs(jobs: Sequence[Job]) -> None:
     read_by_id: dict[tuple[int, int], Path] = {}
     for job in jobs:
         for path in job.reads:
-            found = _file_id(path)
+            found = file_id(path)
             if found is not None:
                 read_by_id.setdefault(found, path)
     for job in jobs:
         for out in job.outputs:
-            clash = read_by_id.get(_file_id(out))  # type: ignore[arg-type]
+            clash = read_by_id.get(file_id(out))  # type: ignore[arg-type]
             check_output_path(out, [*job.reads, *([clash] if clash is not None else [])])
 
 
