@@ -20,9 +20,13 @@ from mlxnet.nn import GELU, Conv2d, ConvTranspose2d, LayerNorm, compiled_for_inf
 class PositionEmbeddingRandom(nn.Module):
     """Positional encoding with random spatial frequencies (a fixed buffer in the checkpoint)."""
 
+    # Drawn once and stored beside the learned weights, never learned: random initialisation
+    # keeps it (zeroing or re-scaling it makes every position encode alike).
+    fixed_parameters = ("positional_encoding_gaussian_matrix",)
+
     def __init__(self, num_pos_feats: int = 64) -> None:
         super().__init__()
-        self.positional_encoding_gaussian_matrix = mx.random.normal((2, num_pos_feats))
+        self.positional_encoding_gaussian_matrix = mx.random.normal((2, num_pos_feats), key=mx.random.key(0))
 
     def _pe_encoding(self, coords: mx.array) -> mx.array:
         """coords (..., 2) normalised to [0, 1] → (..., 2 * num_pos_feats), computed in float32 and

@@ -13,7 +13,7 @@ import numpy as np
 
 from mlxnet import families
 from mlxnet.image import resize_pil
-from mlxnet.nn.init import scale_preserving_init
+from mlxnet.weights import random_init
 
 from .sam import Sam, SamPredictor, Segmentation, from_pretrained, preprocess_shape, sam_tiny
 from .sam_amg import SamAutomaticMaskGenerator
@@ -41,7 +41,7 @@ class SamFamily(families.ModelFamily):
     default_size = 1024
 
     def build(self, variant: str) -> Sam:
-        return scale_preserving_init(sam_tiny())
+        return random_init(sam_tiny())
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> Sam:
         return from_pretrained(source, dtype=dtype)

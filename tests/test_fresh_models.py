@@ -155,3 +155,17 @@ def test_convert_writes_random_weights_and_folds_a_models_own_file(tmp_path):
     a = run_ok(["--device", "cpu", "detect", str(IMAGE), "-w", str(plain), "-o", str(out / "a"), "--imgsz", "64", "--json"])
     b = run_ok(["--device", "cpu", "detect", str(IMAGE), "-w", str(folded), "-o", str(out / "b"), "--imgsz", "64", "--json"])
     assert [d["class"] for d in a[0]["detections"]] == [d["class"] for d in b[0]["detections"]]
+
+
+def test_sam_build_keeps_its_positional_frequencies():
+    """SAM's random positional frequencies are a fixed buffer: build() keeps them as drawn (a
+    zeroed matrix encodes every position alike, and a random SAM's masks come out empty)."""
+    import numpy as np
+
+    from mlxnet import families
+
+    built = families.family_of("sam-tiny").build("sam-tiny")
+    again = families.family_of("sam-tiny").build("sam-tiny")
+    g = np.array(built.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix)
+    assert g.shape == (2, 64) and 0.5 < g.std() < 2.0
+    assert np.array_equal(g, np.array(again.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix))
