@@ -167,5 +167,5 @@ def test_sam_build_keeps_its_positional_frequencies():
     built = families.family_of("sam-tiny").build("sam-tiny")
     again = families.family_of("sam-tiny").build("sam-tiny")
     g = np.array(built.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix)
-    assert g.shape == (2, 64) and 0.5 < g.std() < 2.0
+    assert g.shape == (2, 128) and 0.5 < g.std() < 2.0
     assert np.array_equal(g, np.array(again.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix))
