@@ -55,6 +55,8 @@ SWITCHES: dict[str, Switch] = {
     "MLXNET_COMPILE": Switch("compile setting", _spellings(auto=("auto",), on=ON, off=OFF), "auto"),
     "MLXNET_NATIVE": Switch("CPU primitives setting", _spellings(on=ON, off=OFF), "on"),
     "MLXNET_MALLOC": Switch("allocator setting", _spellings(tuned=("tuned",), system=("system",)), "tuned"),
+    # on: the image commands end with one stderr line of where their time went (pipeline stages).
+    "MLXNET_TIMINGS": Switch("timings setting", _spellings(on=ON, off=OFF), "off"),
 }
 
 
@@ -91,6 +93,9 @@ LIMITS: dict[str, Limit] = {
     # how long connecting or waiting for the next bytes may take.
     "MLXNET_DOWNLOAD_MAX_MB": Limit("download size limit in MB", 50.0),
     "MLXNET_DOWNLOAD_TIMEOUT": Limit("download timeout in seconds", 30.0),
+    # The most pixels (width x height, from the header) an image file may decode to
+    # (mlxnet.image.pixel_budget; a call's max_pixels= overrides it).
+    "MLXNET_MAX_PIXELS": Limit("image pixel budget", 50_000_000.0),
 }
 
 

@@ -33,29 +33,88 @@ _UNREADABLE = (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFErro
 _WIDE_INTEGER = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
-def _decode(path: PathLike) -> Image.Image:
+# Reads of an image file are served this many bytes at a time at most (see _ChunkedReader).
+_READ_CHUNK = 1 << 20
+
+
+class _ChunkedReader(io.BufferedReader):
+    """An image file whose reads take memory only for the bytes that arrive: ``read(n)`` of a
+    plain file reserves n bytes before reading, and Pillow reads what a chunk header declares
+    (the rest of a PNG IDAT chunk claiming 4 GB is skipped with one read)."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0 or size <= _READ_CHUNK:  # read() to the end: the file's own size
+            return super().read(size)
+        parts = []
+        while size > 0:
+            part = super().read(min(size, _READ_CHUNK))
+            if not part:
+                break
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+
+def pixel_budget(max_pixels: int | None = None) -> int:
+    """The most pixels (width x height) an image file may decode to: ``max_pixels`` where a
+    call gives it, else ``MLXNET_MAX_PIXELS``, else 50,000,000 (a 48 MP photo fits). It may not
+    exceed Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``, 89,478,485 unless
+    changed), which stays the second guard."""
+    from .env import limit
+
+    value = limit("MLXNET_MAX_PIXELS") if max_pixels is None else max_pixels
+    where = "max_pixels" if max_pixels is not None else "MLXNET_MAX_PIXELS"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+        raise MlxnetError(f"{where}: the image pixel budget must be a positive number, got {value!r}")
+    ceiling = Image.MAX_IMAGE_PIXELS
+    if ceiling is not None and value > ceiling:
+        raise MlxnetError(f"{where}: the image pixel budget {int(value):,} is over Pillow's decompression-bomb "
+                          f"limit of {ceiling:,} pixels (PIL.Image.MAX_IMAGE_PIXELS)")
+    return int(value)
+
+
+def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
     """The decoded first frame of an image file, upright (EXIF orientation applied: Pillow
     leaves it to the caller), with every failure a one-line MlxnetError naming the file.
 
-    Pillow's decompression-bomb guard is kept at its global limit (``Image.MAX_IMAGE_PIXELS``,
-    not changed here); both its warning (over the limit) and its error (over twice the limit)
-    refuse the file, so an oversized image is never decoded."""
+    Its size is read from the header and checked against the pixel budget
+    (:func:`pixel_budget`) before any pixel is decoded: decoding holds about 4 bytes a pixel,
+    and the whole load about 14 at its peak. Pillow's decompression-bomb guard is kept at its
+    global limit (``Image.MAX_IMAGE_PIXELS``, not changed here); both its warning (over the
+    limit) and its error (over twice the limit) refuse the file. Reads grow with the bytes
+    that arrive (:class:`_ChunkedReader`), and whatever Pillow raises for a malformed file
+    (any exception type: its plugins are not written against hostile input) is one line."""
     p = Path(path)
+    budget = pixel_budget(max_pixels)
     if not p.is_file():
         raise MlxnetError(f"{p}: no such image file")
     try:
         with warnings.catch_warnings():  # only this block sees the warning as an error
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(p) as im:
-                return ImageOps.exif_transpose(im)  # a loaded copy: the file can close
+            with _ChunkedReader(io.FileIO(p, "rb")) as f, Image.open(f) as im:
+                width, height = im.size
+                if width * height > budget:
+                    raise MlxnetError(f"{p}: image has {width * height:,} pixels ({width}x{height}), over the "
+                                      f"{budget:,}-pixel budget (max_pixels, MLXNET_MAX_PIXELS); not decoded")
+                im.load()
+                ImageOps.exif_transpose(im, in_place=True)  # no copy: the decoded frame is turned
+                return im
+    except MlxnetError:
+        raise
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as e:
         found = re.search(r"\((\d+) pixels\)", str(e))
         pixels = f"{int(found.group(1)):,} pixels" if found else "too many pixels"
         raise MlxnetError(f"{p}: image has {pixels}, over the {Image.MAX_IMAGE_PIXELS:,}-pixel limit "
                           "(PIL.Image.MAX_IMAGE_PIXELS) that guards against decompression bombs; "
                           "not decoded") from None
-    except _UNREADABLE as e:
+    except MemoryError:
+        raise MlxnetError(f"{p}: out of memory decoding the image") from None
+    except Exception as e:  # noqa: BLE001  (Pillow's plugins raise any type for a malformed file)
         reason = " ".join(str(e).split()) or type(e).__name__  # one line, whatever Pillow said
+        if isinstance(e, UnidentifiedImageError):  # Pillow names the file object; say its path
+            reason = f"cannot identify image file {os.fspath(p)!r}"
+        elif not isinstance(e, _UNREADABLE):
+            reason = f"{type(e).__name__}: {reason}"
         raise MlxnetError(f"{p}: not a readable image ({reason})") from None
 
 
@@ -101,13 +160,14 @@ def _pil_rgb(im: Image.Image, name: object) -> np.ndarray:
         raise MlxnetError(f"{name}: cannot convert a {im.mode} image to RGB ({e})") from None
 
 
-def load_image(path: PathLike, mode: str = "RGB") -> np.ndarray:
+def load_image(path: PathLike, mode: str = "RGB", *, max_pixels: int | None = None) -> np.ndarray:
     """Read an image file as uint8 HWC RGB (``mode="L"``: HW grey), upright.
 
     16-bit and float images are scaled to 8 bits (see :func:`_to_8bit`); alpha is dropped;
-    palette, LA and CMYK images are converted by Pillow. An image over Pillow's
-    decompression-bomb limit is refused with a one-line MlxnetError."""
-    im = _decode(path)
+    palette, LA and CMYK images are converted by Pillow. An image over the pixel budget
+    (``max_pixels``, else :func:`pixel_budget`'s default) is refused from its header with a
+    one-line MlxnetError, and so is one over Pillow's decompression-bomb limit."""
+    im = _decode(path, max_pixels)
     if mode == "RGB":
         return _pil_rgb(im, path)
     try:
@@ -126,15 +186,15 @@ def _pil_filled(im: Image.Image, name: object) -> np.ndarray:
         raise MlxnetError(f"{name}: cannot read a {im.mode} image as a mask ({e})") from None
 
 
-def load_mask(path: PathLike) -> np.ndarray:
+def load_mask(path: PathLike, *, max_pixels: int | None = None) -> np.ndarray:
     """Read an inpainting mask as HW uint8: 255 where the pixel is filled, 0 elsewhere.
 
     The rule: every non-black pixel is filled, whatever its brightness. A pixel is black when
     all its colour channels are 0 at the file's own precision (an RGB (0, 0, 2) is filled; it
     would be 0 after a grey conversion, which weights blue by 0.114 and rounds). Alpha is
     ignored (as a grey reading of the file would ignore it); palette images are read through
-    their palette, CMYK through Pillow's RGB conversion."""
-    return np.where(_pil_filled(_decode(path), path), 255, 0).astype(np.uint8)
+    their palette, CMYK through Pillow's RGB conversion. ``max_pixels``: as for :func:`load_image`."""
+    return np.where(_pil_filled(_decode(path, max_pixels), path), 255, 0).astype(np.uint8)
 
 
 # --- Inputs of the models' Python entry points ---------------------------------------------
@@ -485,33 +545,16 @@ def resize_pil(image: np.ndarray, size: tuple[int, int], resample: str = "biline
 
 
 def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize to (width, height) like OpenCV's INTER_LINEAR: half-pixel centres, no antialiasing.
+    """Resize to (width, height) with OpenCV's INTER_LINEAR: half-pixel centres, no
+    antialiasing, uint8 in OpenCV's 11-bit fixed point. This is the resize of ultralytics'
+    letterbox, so the network sees the pixels it would see there, computed in OpenCV's C++."""
+    import cv2  # imported here: only the commands that resize pay for loading OpenCV
 
-    Computed in float32 and rounded to uint8 for uint8 input.
-    """
     h, w = image.shape[:2]
-    out_w, out_h = size
-    if (out_w, out_h) == (w, h):
+    if tuple(size) == (w, h):
         return image.copy()
-
-    def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
-        src = np.clip(src, 0, n_in - 1)
-        lo = np.floor(src).astype(np.int64)
-        hi = np.minimum(lo + 1, n_in - 1)
-        return lo, hi, (src - lo).astype(np.float32)
-
-    y0, y1, fy = axis(h, out_h)
-    x0, x1, fx = axis(w, out_w)
-    img = image.astype(np.float32)
-    fx = fx[None, :, None] if img.ndim == 3 else fx[None, :]
-    top = img[y0][:, x0] * (1 - fx) + img[y0][:, x1] * fx
-    bottom = img[y1][:, x0] * (1 - fx) + img[y1][:, x1] * fx
-    fy = fy[:, None, None] if img.ndim == 3 else fy[:, None]
-    out = top * (1 - fy) + bottom * fy
-    if image.dtype == np.uint8:
-        return np.clip(np.rint(out), 0, 255).astype(np.uint8)
-    return out.astype(image.dtype)
+    out = cv2.resize(np.ascontiguousarray(image), (int(size[0]), int(size[1])), interpolation=cv2.INTER_LINEAR)
+    return out.reshape(out.shape[:2] + image.shape[2:])  # OpenCV drops a last axis of 1
 
 
 def center_crop(image: np.ndarray, size: int) -> np.ndarray:

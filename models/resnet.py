@@ -208,15 +208,20 @@ def from_pretrained(name_or_path: str = "resnet50", *, model: str | None = None,
 
 # --- ImageNet pre/post-processing (torchvision's IMAGENET1K_V1 preset) -------------------------
 
-def preprocess(image: np.ndarray, resize: int = 256, crop: int = 224) -> mx.array:
-    """uint8 HWC RGB → normalised (1, crop, crop, 3) float32, as torchvision's Resize+CenterCrop."""
+def preprocess_pixels(image: np.ndarray, resize: int = 256, crop: int = 224) -> np.ndarray:
+    """uint8 HWC RGB → normalised (crop, crop, 3) float32 NumPy, as torchvision's
+    Resize+CenterCrop+Normalize: host work only, so reader threads can do it."""
     h, w = image.shape[:2]
     short, long = (w, h) if w <= h else (h, w)
     new_short, new_long = resize, int(resize * long / short)
     size = (new_short, new_long) if w <= h else (new_long, new_short)
     x = center_crop(resize_pil(image, size), crop).astype(np.float32) / 255.0
-    x = (x - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
-    return mx.array(x[None])
+    return (x - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
+
+
+def preprocess(image: np.ndarray, resize: int = 256, crop: int = 224) -> mx.array:
+    """uint8 HWC RGB → normalised (1, crop, crop, 3) float32, as torchvision's Resize+CenterCrop."""
+    return mx.array(preprocess_pixels(image, resize, crop)[None])
 
 
 @lru_cache(maxsize=1)
@@ -306,9 +311,18 @@ class Classifier:
         """The top ``k`` labels of one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX
         array: see :func:`mlxnet.image.as_rgb`), or a list for a list, which runs as one batch."""
         pixels, single = as_rgb_images(images, "Classifier.predict")
-        batch = mx.concatenate([preprocess(p) for p in pixels])
-        results = [Classification(top) for top in top_k(self.net(batch), k, self.names)]
+        results = self.predict_prepared([preprocess_pixels(p) for p in pixels], k)
         return results[0] if single else results
+
+    @staticmethod
+    def prepare(image: ImageInput) -> np.ndarray:
+        """The host half of :meth:`predict` for one image: its normalised 224² crop."""
+        return preprocess_pixels(as_rgb(image, "Classifier.predict"))
+
+    def predict_prepared(self, items: Sequence[np.ndarray], k: int = 5) -> list[Classification]:
+        """:meth:`predict` for images already through :meth:`prepare`: one batch, one forward."""
+        batch = mx.array(np.stack(items))
+        return [Classification(top) for top in top_k(self.net(batch), k, self.names)]
 
 
 families.register(ResNetFamily())

@@ -23,12 +23,12 @@ import numpy as np
 
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
-from mlxnet.image import ImageInput, as_rgb_images
+from mlxnet.image import ImageInput, as_rgb, as_rgb_images
 from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
-from .yolo_process import Detections, coco80_names, letterbox, postprocess, scale_boxes
+from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, postprocess_batch, scale_boxes
 
 # [depth, width, max_channels] per scale, from yolov8.yaml.
 SCALES: dict[str, tuple[float, float, int]] = {
@@ -433,29 +433,46 @@ class YOLO:
         net, found = load_variant(weights, MODELS, model=model, dtype=dtype)
         return cls(net.fuse() if fuse else net, names if names is not None else found.names)
 
+    @staticmethod
+    def prepare(image: ImageLike, imgsz: int = 640) -> Letterboxed:
+        """The host half of preprocessing, for one image: its pixels (see
+        :func:`mlxnet.image.as_rgb`) letterboxed for the network. Host work only (OpenCV, NumPy),
+        so it may run on reader threads while the device runs another batch."""
+        pixels = as_rgb(image, "YOLO.predict")
+        return Letterboxed(pixels.shape[:2], letterbox(pixels, imgsz))
+
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
                 imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
                 classes: Sequence[int] | None = None) -> Detections | list[Detections]:
         """Detections for one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX array: see
-        :func:`mlxnet.image.as_rgb`), or a list for a list. A list
-        runs as batches: the images whose letterboxed shapes agree go through one forward, so
-        each gets exactly the result it would get alone. ``classes``: class ids to keep (the
-        others are dropped before NMS, as ultralytics' ``classes=`` does)."""
+        :func:`mlxnet.image.as_rgb`), or a list for a list. A list runs as batches of the images
+        whose letterboxed shapes agree; each image's boxes are those it gets alone, up to
+        floating-point rounding (a batch's convolutions may sum in another order). ``classes``:
+        class ids to keep (the others are dropped before NMS, as ultralytics' ``classes=`` does)."""
         pixels, single = as_rgb_images(images, "YOLO.predict")
-        boxed = [letterbox(img, imgsz) for img in pixels]
-        same_shape: dict[tuple[int, ...], list[int]] = {}
-        for i, b in enumerate(boxed):
-            same_shape.setdefault(b.shape, []).append(i)
-        dtype = self.net.model[0].conv.weight.dtype
-        results: list[Detections] = [None] * len(pixels)  # type: ignore[list-item]
-        for shape, members in same_shape.items():
-            pred = self.net(mx.array(np.stack([boxed[i] for i in members])).astype(dtype) / 255)
-            for row, i in enumerate(members):
-                det = postprocess(pred[row], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic,
-                                  classes=classes)
-                boxes = scale_boxes(shape[:2], det[:, :4], pixels[i].shape[:2])
-                results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
+        results = self.predict_prepared([self.prepare(p, imgsz) for p in pixels], conf=conf, iou=iou,
+                                        max_det=max_det, agnostic=agnostic, classes=classes)
         return results[0] if single else results
+
+    def predict_prepared(self, items: Sequence[Letterboxed], *, conf: float = 0.25, iou: float = 0.7,
+                         max_det: int = 300, agnostic: bool = False,
+                         classes: Sequence[int] | None = None) -> list[Detections]:
+        """:meth:`predict` for images already through :meth:`prepare`: one forward per letterbox
+        shape, one transfer back to the host per forward."""
+        same_shape: dict[tuple[int, ...], list[int]] = {}
+        for i, item in enumerate(items):
+            same_shape.setdefault(item.pixels.shape, []).append(i)
+        dtype = self.net.model[0].conv.weight.dtype
+        results: list[Detections] = [None] * len(items)  # type: ignore[list-item]
+        for shape, members in same_shape.items():
+            batch = np.stack([items[i].pixels for i in members]) if len(members) > 1 else items[members[0]].pixels[None]
+            # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
+            pred = self.net(mx.array(batch).astype(dtype) / 255)
+            found = postprocess_batch(pred, conf=conf, iou=iou, max_det=max_det, agnostic=agnostic, classes=classes)
+            for i, det in zip(members, found):
+                boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw)
+                results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
+        return results
 
 
 class YOLOFamily(families.ModelFamily):

@@ -54,36 +54,59 @@ def xywh2xyxy(b: np.ndarray) -> np.ndarray:
     return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
 
 
-def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
-                agnostic: bool = False, max_nms: int = MAX_NMS,
-                classes: Sequence[int] | None = None) -> np.ndarray:
-    """One image's (A, 4 + nc) head output -> (K, 6) float32 [x1, y1, x2, y2, score, class],
-    highest score first, in the network input's pixels. ``classes``: keep only anchors whose
-    best class is one of these, before the max_nms cut and NMS, as ultralytics does (an anchor
-    whose best class is another is dropped, not given its best listed class)."""
+def _check_thresholds(conf: float, iou: float) -> None:
     if not 0.0 <= conf <= 1.0 or not 0.0 <= iou <= 1.0:
         raise MlxnetError(f"conf and iou must be in [0, 1], got conf={conf}, iou={iou}")
+
+
+def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
+                      agnostic: bool = False, max_nms: int = MAX_NMS,
+                      classes: Sequence[int] | None = None) -> list[np.ndarray]:
+    """A batch's (B, A, 4 + nc) head output -> per image (K, 6) float32 [x1, y1, x2, y2, score,
+    class], highest score first, in the network input's pixels. ``classes``: keep only anchors
+    whose best class is one of these, before the max_nms cut and NMS, as ultralytics does (an
+    anchor whose best class is another is dropped, not given its best listed class).
+
+    The device reduces the class scores to each anchor's best score and class; the boxes, those
+    and nothing else come back to the host in one transfer for the whole batch (one sync, not
+    one per image), where the threshold and NMS touch only the candidates."""
+    _check_thresholds(conf, iou)
     pred = pred.astype(mx.float32)
-    best = np.array(pred[:, 4:].max(axis=-1))
+    scores = pred[..., 4:]
+    found = pred[..., :4], scores.max(axis=-1), scores.argmax(axis=-1).astype(mx.int32)
+    mx.eval(*found)
+    boxes_all, best_all, cls_all = (np.array(a) for a in found)
+    wanted_classes = None if classes is None else np.asarray(classes, dtype=np.int64)
+    return [_image_detections(boxes_all[i], best_all[i], cls_all[i], conf, iou, max_det, agnostic, max_nms,
+                              wanted_classes) for i in range(pred.shape[0])]
+
+
+def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, iou: float,
+                      max_det: int, agnostic: bool, max_nms: int, classes: np.ndarray | None) -> np.ndarray:
+    """One image's anchors (boxes, best score, best class) -> its detections."""
     wanted = best > conf
     if classes is not None:
-        wanted &= np.isin(np.array(pred[:, 4:].argmax(axis=-1)), np.asarray(classes, dtype=np.int64))
+        wanted &= np.isin(cls, classes)
     cand = np.nonzero(wanted)[0]
     if cand.size > max_nms:
         cand = cand[np.argsort(-best[cand], kind="stable")[:max_nms]]
-    if cand.size == 0:
-        return np.zeros((0, 6), np.float32)
-    rows = np.array(pred[mx.array(cand.astype(np.int32))])  # only the candidates leave the device
     # A box with a NaN or infinite coordinate (weights that overflow) is no detection: NMS's IoU
     # of it is NaN, and a NaN in --json output is not JSON.
-    rows = rows[np.isfinite(rows[:, :4]).all(axis=1)]
-    if not len(rows):
+    cand = cand[np.isfinite(xywh[cand]).all(axis=1)]
+    if cand.size == 0:
         return np.zeros((0, 6), np.float32)
-    boxes, cls = xywh2xyxy(rows[:, :4]), rows[:, 4:].argmax(axis=1)
-    score = rows[np.arange(len(rows)), 4 + cls]
-    keep = np.array(ops.nms(mx.array(boxes), mx.array(score), None if agnostic else mx.array(cls.astype(np.int32)),
+    boxes, score, label = xywh2xyxy(xywh[cand]), best[cand], cls[cand]
+    keep = np.array(ops.nms(mx.array(boxes), mx.array(score), None if agnostic else mx.array(label),
                             iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
-    return np.concatenate([boxes[keep], score[keep, None], cls[keep, None].astype(np.float32)], axis=1)
+    return np.concatenate([boxes[keep], score[keep, None], label[keep, None].astype(np.float32)], axis=1)
+
+
+def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
+                agnostic: bool = False, max_nms: int = MAX_NMS,
+                classes: Sequence[int] | None = None) -> np.ndarray:
+    """One image's (A, 4 + nc) head output -> its detections (see :func:`postprocess_batch`)."""
+    return postprocess_batch(pred[None], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic,
+                             max_nms=max_nms, classes=classes)[0]
 
 
 def scale_boxes(input_hw: tuple[int, int], boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
@@ -96,6 +119,14 @@ def scale_boxes(input_hw: tuple[int, int], boxes: np.ndarray, image_hw: tuple[in
     out[:, [0, 2]] = np.clip((out[:, [0, 2]] - pad_x) / (new_w / w0), 0, w0)
     out[:, [1, 3]] = np.clip((out[:, [1, 3]] - pad_y) / (new_h / h0), 0, h0)
     return out
+
+
+@dataclass(frozen=True)
+class Letterboxed:
+    """One image ready for the network: its original (H, W) and its letterboxed uint8 pixels."""
+
+    image_hw: tuple[int, int]
+    pixels: np.ndarray
 
 
 @dataclass

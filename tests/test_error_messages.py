@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import typer
 
-from mlxnet.commands.images import Job, Source, run_jobs
+from mlxnet.commands.images import Job, Source
+from mlxnet.commands.pipeline import run_jobs
 from mlxnet.errors import MlxnetError
 from mlxnet.image import box_on_image, draw_boxes
 from mlxnet.weights import read_torch_checkpoint

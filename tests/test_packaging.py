@@ -164,6 +164,21 @@ def test_tune_gpu_asks_mlx_for_direct_launches_unless_the_user_chose(user, expec
     assert ("CUDA graphs" if graphs else "direct launches") in out[1]
 
 
+@pytest.mark.parametrize("user", [None, "64"])
+def test_tune_gpu_sizes_the_conv_plan_cache_unless_the_user_chose(user):
+    """A folder of photos of many letterbox shapes needs more than MLX's 128 cuDNN plans, and
+    no lifetime limit on building them (which ends the process); a user's value wins."""
+    names = ("MLX_CUDA_CONV_CACHE_SIZE", "MLX_ENABLE_CACHE_THRASHING_CHECK")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    if user is not None:
+        env["MLX_CUDA_CONV_CACHE_SIZE"] = user
+    code = ("import os, mlxnet; b = [os.environ.get(n) for n in %r]; mlxnet.tune_gpu(); "
+            "print(b, [os.environ.get(n) for n in %r])" % (names, names))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.split("] [")[0] == f"[{user!r}, None"
+    assert out.split("] [")[1].strip() == f"{(user or '2048')!r}, '0']"
+
+
 def test_the_command_tunes_its_own_process_for_the_gpu():
     code = ("import os; from typer.testing import CliRunner; from mlxnet.cli import app; "
             "r = CliRunner().invoke(app, ['ops']); print(r.exit_code, os.environ.get('MLX_USE_CUDA_GRAPHS'))")

@@ -173,13 +173,10 @@ def test_fused_network_is_the_unfused_one_up_to_rounding():
 def test_letterbox_matches_ultralytics(name):
     theirs = golden()[f"{name}.input"]
     ours = letterbox(load_image(FIXTURES / f"{name}.jpg"), meta()["imgsz"])
-    assert ours.shape == theirs.shape
-    # Same geometry: the grey 114 border fills the same rows and columns ...
-    for axis in ((1, 2), (0, 2)):
-        assert np.array_equal((ours == 114).all(axis=axis), (theirs == 114).all(axis=axis))
-    assert (theirs == 114).all(axis=(0, 2)).any() or (theirs == 114).all(axis=(1, 2)).any()
-    # ... and pixels differ by at most one level (OpenCV resizes uint8 in 11-bit fixed point).
-    assert np.abs(ours.astype(int) - theirs).max() <= 1
+    assert (theirs == 114).all(axis=(0, 2)).any() or (theirs == 114).all(axis=(1, 2)).any()  # it is padded
+    # The same geometry and the same resize (OpenCV's INTER_LINEAR, in its uint8 fixed point):
+    # the very pixels ultralytics feeds its network.
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("name", ["bus", "zidane"])

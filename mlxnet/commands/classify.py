@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from mlxnet.commands import grammar
-from mlxnet.commands.images import Job, expand_inputs, load_model, run_jobs
+from mlxnet.commands.images import Job, expand_inputs, load_model
+from mlxnet.commands.pipeline import run_jobs
 
 
 def classify(
@@ -28,6 +29,7 @@ def classify(
     grammar.check_dtype(dtype)
     from mlxnet import families
     from mlxnet.image import load_image
+    from mlxnet.models.resnet import Classifier
     from mlxnet.weights import read_labels
 
     family = families.for_task(model or "resnet50", "classify")
@@ -36,6 +38,6 @@ def classify(
     run_jobs(
         jobs, batch, what="classify", as_json=as_json,
         load=lambda: load_model(lambda: family.predictor(weights, model, dtype, names=names)),
-        prepare=lambda job: load_image(job.source.path),
-        predict=lambda classifier, pixels: classifier.predict(pixels, top),
+        prepare=lambda job: Classifier.prepare(load_image(job.source.path)),
+        predict=lambda classifier, items: classifier.predict_prepared(items, top),
         finish=lambda job, _pixels, result: (result.to_dict(), f"{job.name}\n{result.summary()}"))

@@ -10,7 +10,8 @@ import numpy as np
 import typer
 
 from mlxnet.commands import grammar
-from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file, run_jobs
+from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file
+from mlxnet.commands.pipeline import run_jobs
 from mlxnet.errors import MlxnetError
 
 
@@ -50,6 +51,7 @@ def detect(
     from mlxnet import families
     from mlxnet.commands import detect_outputs as extras
     from mlxnet.image import load_image, save_image
+    from mlxnet.models.yolo import YOLO, Letterboxed
     from mlxnet.weights import read_labels
 
     family = families.for_task(model or "yolov8n", "detect")
@@ -72,8 +74,12 @@ def detect(
             wanted[0] = extras.resolve_classes(classes, detector.names)
         return detector
 
-    def finish(job: Job, image: np.ndarray, det) -> tuple[dict, str]:
-        target = job.outputs[0]
+    def prepare(job: Job) -> tuple[np.ndarray, Letterboxed]:
+        image = load_image(job.source.path)
+        return image, YOLO.prepare(image, imgsz)
+
+    def finish(job: Job, item: tuple[np.ndarray, Letterboxed], det) -> tuple[dict, str]:
+        image, target = item[0], job.outputs[0]
         save_image(det.render(image), target)
         written = more.write(job, image, det)
         record = {"output": str(target), "width": image.shape[1], "height": image.shape[0], **written,
@@ -82,7 +88,8 @@ def detect(
 
     run_jobs(
         jobs, batch, what="detect", as_json=as_json, load=load,
-        prepare=lambda job: load_image(job.source.path),
-        predict=lambda detector, pixels: detector.predict(pixels, conf=conf, iou=iou, imgsz=imgsz, max_det=max_det,
-                                                          classes=wanted[0]),
-        finish=finish)
+        prepare=prepare,
+        predict=lambda detector, items: detector.predict_prepared([boxed for _, boxed in items], conf=conf, iou=iou,
+                                                                  max_det=max_det, classes=wanted[0]),
+        finish=finish,
+        group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward

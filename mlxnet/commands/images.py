@@ -26,19 +26,7 @@ Pillow cannot write gets a ``.png`` output. Before any weights or image is loade
 is checked (writable, a format Pillow writes, never an input file) and two inputs whose outputs
 would be the same file are an error.
 
-Running (:func:`run_jobs`): the model loads when the first readable image needs it; then a batch
-of images is read, run and written before the next batch is read, so memory holds one batch.
-A file that fails (unreadable, a prompt outside it, a write error) prints ``error: FILE: REASON``
-on stderr and the others go on; the command then ends with exit code 1 and, for several inputs,
-``N of M images failed``. ``--json`` prints JSON Lines: one object per image on stdout, a failure
-as ``{"image": ..., "error": ...}``. On a terminal a progress bar (count, rate, ETA) is drawn on
-stderr; never under ``--json`` or when stderr is not a terminal.
-
-Under ``mlx.launch -n N`` each rank runs every N-th image (:func:`mlxnet.distributed.shard`) and
-writes its outputs, which together are the single-process outputs; every rank checks every
-output first, so a problem stops all of them before any work. Each rank prints its own lines
-(text or JSON Lines, in no fixed order across ranks); the failure count is summed over the ranks,
-rank 0 reports it and every rank exits with the job's code; only rank 0 draws a progress bar.
+Running: :mod:`mlxnet.commands.pipeline` (read ahead, batches of one shape, write behind).
 """
 from __future__ import annotations
 
@@ -46,17 +34,13 @@ import glob
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
-import typer
-
-from mlxnet import distributed
 from mlxnet.errors import MlxnetError
 from mlxnet.image import is_image_name as _is_image_name
-from mlxnet.progress import ProgressBar, progress_bar
+from mlxnet.progress import ProgressBar
 
 Model = TypeVar("Model")
 Prepared = TypeVar("Prepared")
@@ -323,15 +307,7 @@ def load_model(make: Callable[[], Model]) -> Model:
         raise one_line(e) from None
 
 
-# --- Running ---------------------------------------------------------------------------------------
-
-def batches(jobs: Sequence[Job], size: int) -> Iterator[Sequence[Job]]:
-    """The jobs in consecutive groups of ``size`` (the last may be shorter)."""
-    for start in range(0, len(jobs), size):
-        yield jobs[start:start + size]
-
-
-def _missing_input(job: Job) -> MlxnetError | None:
+def missing_input(job: Job) -> MlxnetError | None:
     """The error for an input argument that names nothing, said as what it was: a name without
     an image extension (``photos/``) may have been meant as a folder. A missing ``x.jpg`` is
     left to the image loader, whose message names an image file."""
@@ -341,101 +317,3 @@ def _missing_input(job: Job) -> MlxnetError | None:
     if os.path.lexists(name) or (_is_image_name(os.path.basename(name)) and not name.endswith(("/", os.sep))):
         return None
     return MlxnetError(f"{name}: no such file or folder")
-
-
-def _prepare(job: Job, prepare: Callable[[Job], Prepared]) -> Prepared | Exception:
-    """``prepare(job)``, or the error that fails this image."""
-    missing = _missing_input(job)
-    if missing is not None:
-        return missing
-    try:
-        return prepare(job)
-    except Exception as e:  # noqa: BLE001 - see _run_batch: any error of one image fails that image
-        return e
-
-
-def _predict_batch(model: Model, prepared: list[Prepared],
-                   predict: Callable[[Model, list[Prepared]], Sequence[Result]]) -> list[Result | Exception]:
-    """One call for the batch; if it fails, one call per image, so the error names its own file
-    and the batch's other images still get their results."""
-    try:
-        results = list(predict(model, prepared))
-        if len(results) == len(prepared):
-            return results
-        raise MlxnetError(f"{len(results)} results for {len(prepared)} images")
-    except Exception as e:  # noqa: BLE001 - which image failed is found below
-        if len(prepared) == 1:
-            return [e]
-    out: list[Result | Exception] = []
-    for item in prepared:
-        try:
-            out.append(predict(model, [item])[0])
-        except Exception as e:  # noqa: BLE001
-            out.append(e)
-    return out
-
-
-def _run_batch(group: Sequence[Job], model: Callable[[], Model], prepare: Callable[[Job], Prepared],
-               predict: Callable[[Model, list[Prepared]], Sequence[Result]],
-               finish: Callable[[Job, Prepared, Result], tuple[dict, str]],
-               display: ProgressBar, as_json: bool) -> int:
-    """Read, run and write one batch, reporting its images in input order (whatever the batch
-    size, the same lines in the same order); returns how many failed. Its pixels and results
-    are this function's locals: they are freed when it returns, before the next batch is read.
-
-    Any error while one image is read, run or written fails that image alone, reported with its
-    name (``error: bus.jpg: ValueError: ...``): an exception other than MlxnetError there (a
-    degenerate box, a numeric edge case) comes from that image's pixels or results, and ending
-    the command with a bare ``ValueError`` would name no image and lose the others' results."""
-    prepared = [(job, _prepare(job, prepare)) for job in group]
-    ready = [item for _, item in prepared if not isinstance(item, Exception)]
-    results = iter(_predict_batch(model(), ready, predict) if ready else [])
-    failed = 0
-    for job, item in prepared:
-        try:
-            if isinstance(item, Exception):
-                raise item
-            result = next(results)
-            if isinstance(result, Exception):
-                raise result
-            record, line = finish(job, item, result)
-        except Exception as e:  # noqa: BLE001 - see above
-            failed += 1
-            report_failure(display, job, e, as_json)
-        else:
-            display.out(json_line({"image": job.name, **record}) if as_json else line)
-        display.advance()
-    return failed
-
-
-def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
-             load: Callable[[], Model],
-             prepare: Callable[[Job], Prepared],
-             predict: Callable[[Model, list[Prepared]], Sequence[Result]],
-             finish: Callable[[Job, Prepared, Result], tuple[dict, str]]) -> None:
-    """Run every job, ``batch`` images at a time, and end with exit code 1 if any failed.
-
-    ``prepare(job)`` reads the job's image (and what else it needs) and checks it against the
-    options; ``predict(model, items)`` runs a batch; ``finish(job, item, result)`` writes the
-    outputs and returns the JSON record and the text line. An MlxnetError in any of them fails
-    that image only. ``load()`` (the weights) is called once, when the first image is ready (a
-    run whose images all fail never loads them), and its error ends the command: it would fail
-    every image the same way."""
-    loaded: list[Model] = []
-    prepare = fetched_first(prepare)
-
-    def model() -> Model:
-        if not loaded:
-            loaded.append(load())
-        return loaded[0]
-
-    mine = distributed.shard(jobs)  # all of them, unless started by mlx.launch
-    with progress_bar(what, len(mine), quiet=as_json or not distributed.is_main(), unit="img") as display:
-        failed = sum(_run_batch(group, model, prepare, predict, finish, display, as_json)
-                     for group in batches(mine, batch))
-    failed = int(distributed.total(failed))  # every rank ends with the job's exit code
-    if failed and len(jobs) > 1 and distributed.is_main():
-        print(f"{failed} of {len(jobs)} images failed", file=sys.stderr, flush=True)
-    distributed.barrier()
-    if failed:
-        raise typer.Exit(1)

@@ -17,7 +17,8 @@ import typer
 
 from mlxnet.commands import grammar
 from mlxnet.commands.images import (Job, Source, check_outputs, expand_inputs, load_model, mirror,
-                                    names_one_file, run_jobs)
+                                    names_one_file)
+from mlxnet.commands.pipeline import run_jobs
 from mlxnet.errors import MlxnetError
 from mlxnet.image import readable_extensions
 

@@ -24,8 +24,8 @@ import typer
 
 from mlxnet import distributed
 from mlxnet.commands import grammar
-from mlxnet.commands.images import (Job, check_outputs, expand_inputs, load_model, mirror, names_one_file,
-                                    run_jobs)
+from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file
+from mlxnet.commands.pipeline import run_jobs
 from mlxnet.errors import MlxnetError
 from mlxnet.progress import progress_bar
 

@@ -1,0 +1,184 @@
+"""The whole detection path on a folder of varied photos: `mlxnet detect` against ultralytics.
+
+What a user runs, timed as whole processes from start to exit (imports, weights, decoding,
+letterbox, forward, NMS, drawing, encoding, writing every annotated copy):
+
+    python scripts/bench/bench_detect_path.py [--photos 200] [--model yolov8s] [--runs 2]
+            [--device cpu|gpu] [--json FILE] [--only NAME...] [--keep DIR]
+
+- the photos: crops and rescales of the test fixtures (bus.jpg, zidane.jpg), 0.5 to 1.7
+  megapixels, many aspect ratios, seeded: the same folder every time;
+- the weights: where ultralytics imports, a seeded ``YOLO("yolov8s.yaml")`` saved as an
+  ultralytics ``.pt`` that both tools load (speed does not depend on the values, only on how many
+  boxes pass the threshold, the same for both); otherwise mlxnet's ``--weights random``;
+- runs, each in a fresh process, alternating the tools, ``--runs`` times:
+  ``mlxnet`` (defaults: batch 8, float32), ``mlxnet-batch1``, ``ultralytics`` (its defaults:
+  batch 1, float32, ``save=True, stream=True``) and, on a GPU, ``ultralytics-b8-half``
+  (``batch=8, half=True``, its fastest documented settings);
+- for each run: wall seconds, images/s, seconds from process start to the first result line
+  (mlxnet's ``--json`` line, the script's line per ultralytics result) and, for mlxnet, where the
+  time went (``MLXNET_TIMINGS=1``: read / model / write, summed over threads).
+
+The first run of each tool starts with empty caches (a fresh ``XDG_CACHE_HOME`` and ``TMPDIR``:
+MLX's and mlxnet's compiled kernels, ultralytics' settings), the later ones warm.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = [ROOT / "tests" / "fixtures" / "yolo" / name for name in ("bus.jpg", "zidane.jpg")]
+
+ULTRALYTICS_RUN = r"""
+import sys, time
+from ultralytics import YOLO
+source, weights, out, device, batch, half = sys.argv[1:7]
+model = YOLO(weights)
+for r in model.predict(source, save=True, stream=True, project=out, name="run", exist_ok=True, verbose=False,
+                       device=device, batch=int(batch), half=half == "1"):
+    print(f"{r.path} {len(r.boxes)}", flush=True)
+"""
+
+ULTRALYTICS_WEIGHTS = r"""
+import sys, torch
+from ultralytics import YOLO
+torch.manual_seed(0)
+model = YOLO(sys.argv[1] + ".yaml")
+model.save(sys.argv[2])
+"""
+
+
+def make_photos(folder: Path, count: int, seed: int = 0) -> list[Path]:
+    """``count`` JPEGs cut and scaled from the fixtures: 0.5-1.7 MP, aspect 0.5-2."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    sources = [Image.open(p).convert("RGB") for p in FIXTURES]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        src = sources[i % len(sources)]
+        w, h = src.size
+        cw, ch = rng.randint(w // 2, w), rng.randint(h // 2, h)
+        x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+        crop = src.crop((x, y, x + cw, y + ch))
+        megapixels = rng.uniform(0.5, 1.7)
+        aspect = min(max(cw / ch * rng.uniform(0.8, 1.25), 0.5), 2.0)
+        new_h = int((megapixels * 1e6 / aspect) ** 0.5)
+        new_w = int(new_h * aspect)
+        path = folder / f"photo_{i:04d}.jpg"
+        crop.resize((new_w, new_h), Image.BILINEAR).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def has_ultralytics() -> bool:
+    return subprocess.run([sys.executable, "-c", "import ultralytics, torchvision"], capture_output=True).returncode == 0
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> dict:
+    """Run ``cmd``; wall seconds, seconds to its first stdout line, lines, and its stderr tail."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first, lines = None, 0
+    assert proc.stdout is not None
+    for _ in proc.stdout:
+        lines += 1
+        if first is None:
+            first = time.perf_counter() - start
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    code = proc.wait()
+    wall = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])}... failed ({code}):\n{err[-2000:]}")
+    timings = [line for line in err.splitlines() if line.startswith("timings:")]
+    return {"wall_s": round(wall, 3), "first_result_s": round(first or wall, 3), "results": lines,
+            "timings": timings[-1] if timings else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--photos", type=int, default=200)
+    ap.add_argument("--model", default="yolov8s")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "gpu"], default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--keep", type=Path, default=None, help="Work folder to keep (default: a temporary one).")
+    args = ap.parse_args()
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="mlxnet-detect-path-"))
+    photos = work / "photos"
+    if not photos.is_dir() or len(list(photos.glob("*.jpg"))) != args.photos:
+        shutil.rmtree(photos, ignore_errors=True)
+        make_photos(photos, args.photos)
+    import mlx.core as mx
+
+    on_gpu = args.device == "gpu" or (args.device is None and mx.default_device() == mx.gpu)
+    ultralytics = has_ultralytics()
+    weights = ["--weights", "random", "--model", args.model]
+    if ultralytics:
+        pt = work / f"{args.model}-seeded.pt"
+        if not pt.exists():
+            subprocess.run([sys.executable, "-c", ULTRALYTICS_WEIGHTS, args.model, str(pt)], check=True,
+                           capture_output=True)
+        weights = ["--weights", str(pt)]
+    device = ["--device", "gpu" if on_gpu else "cpu"]
+    runs: dict[str, list[str]] = {
+        "mlxnet": [sys.executable, "-m", "mlxnet", "detect", str(photos), "-o", str(work / "out-mlxnet"),
+                   "--json", *weights, *device],
+    }
+    runs["mlxnet-batch1"] = runs["mlxnet"] + ["--batch", "1"]
+    if ultralytics:
+        udev = "0" if on_gpu else "cpu"
+        base = [sys.executable, "-c", ULTRALYTICS_RUN, str(photos), str(pt), str(work / "out-ultralytics"), udev]
+        runs["ultralytics"] = base + ["1", "0"]
+        if on_gpu:
+            runs["ultralytics-b8-half"] = base + ["8", "1"]
+    if args.only:
+        runs = {k: v for k, v in runs.items() if k in args.only}
+
+    results: dict[str, list[dict]] = {name: [] for name in runs}
+    cold = Path(tempfile.mkdtemp(prefix="mlxnet-cold-"))
+    for round_ in range(args.runs):
+        for name, cmd in runs.items():
+            env = dict(os.environ, MLXNET_TIMINGS="1", YOLO_OFFLINE="1")
+            if round_ == 0:  # the first run of each: empty caches
+                fresh = cold / name
+                (fresh / "tmp").mkdir(parents=True, exist_ok=True)
+                env.update(XDG_CACHE_HOME=str(fresh / "cache"), TMPDIR=str(fresh / "tmp"),
+                           YOLO_CONFIG_DIR=str(fresh / "ultralytics"))
+            r = timed(cmd, env)
+            r["cache"] = "cold" if round_ == 0 else "warm"
+            r["images_per_s"] = round(args.photos / r["wall_s"], 2)
+            results[name].append(r)
+            print(f"{name:22s} {r['cache']}: {r['wall_s']:7.2f} s  {r['images_per_s']:6.1f} img/s  "
+                  f"first result {r['first_result_s']:6.2f} s  {r['timings'] or ''}", flush=True)
+    shutil.rmtree(cold, ignore_errors=True)
+
+    summary = {name: {"median_wall_s": statistics.median(r["wall_s"] for r in rs),
+                      "best_wall_s": min(r["wall_s"] for r in rs)} for name, rs in results.items() if rs}
+    if "mlxnet" in summary and "ultralytics" in summary:
+        print(f"ultralytics / mlxnet (median wall): "
+              f"{summary['ultralytics']['median_wall_s'] / summary['mlxnet']['median_wall_s']:.2f}x")
+    report = {"photos": args.photos, "model": args.model, "device": "gpu" if on_gpu else "cpu",
+              "weights": "seeded ultralytics .pt" if ultralytics else "mlxnet --weights random",
+              "runs": results, "summary": summary}
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
