@@ -23,14 +23,15 @@ from typing import Any, Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..errors import MlxnetError
+from ..errors import MlxnetError, reading
 from .checkpoint_types import FORMAT, Checkpoint, Description
 from .hub import resolve_weights
 from .loading import check_weights
 from .random_weights import is_random, random_checkpoint
 from .safetensors_io import is_safetensors, load_safetensors_with_metadata
 from .spec import WeightSpec, get_spec
-from .torch_pickle import find_state_dict, read_torch_checkpoint
+from .torch_pickle import Tensor, find_state_dict, read_torch_checkpoint
+from .torch_pickle.limits import mlx_shape_problem
 
 
 def open_checkpoint(source: str | os.PathLike, checkpoint_key: str | None = None, *,
@@ -43,21 +44,34 @@ def open_checkpoint(source: str | os.PathLike, checkpoint_key: str | None = None
             raise MlxnetError("'random' weights are built for a model: name the model they are for")
         return random_checkpoint(get_spec(spec))
     path = resolve_weights(source, ids=ids)
-    if is_safetensors(path):
-        tensors, metadata = load_safetensors_with_metadata(path)
-        return Checkpoint(path, tensors, dict(metadata))
-    raw = read_torch_checkpoint(path)
-    state = find_state_dict(raw, checkpoint_key, source=str(path))
-    return Checkpoint(path, {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in state.items()}, raw=raw)
+    with reading(path, "checkpoint"):  # finding the state dict walks what the file holds, too
+        if is_safetensors(path):
+            tensors, metadata = load_safetensors_with_metadata(path)
+            return Checkpoint(path, tensors, dict(metadata))
+        raw = read_torch_checkpoint(path)
+        state = find_state_dict(raw, checkpoint_key, source=str(path))
+        return Checkpoint(path, {str(k): _as_mlx(v, k) for k, v in state.items()}, raw=raw)
+
+
+def _as_mlx(tensor: Tensor, key: object) -> mx.array:
+    """One tensor of a pickle as an MLX array, its shape checked first (MLX's int32 dimensions)."""
+    if isinstance(tensor, mx.array):
+        return tensor
+    problem = mlx_shape_problem(tensor.shape)
+    if problem:
+        raise MlxnetError(f"tensor {str(key)[:80]}: {problem}")
+    return mx.array(tensor)
 
 
 def describe_from_metadata(ckpt: Checkpoint) -> Description:
     """The default description: what ``mlxnet convert`` wrote into the metadata, if anything."""
     if not ckpt.converted:
         return Description()
-    names = ckpt.meta_json("names")
-    return Description(ckpt.metadata.get("model"), dict(ckpt.meta_json("config") or {}),
-                       tuple(str(n) for n in names) if names is not None else None)
+    names, config = ckpt.meta_json("names"), ckpt.meta_json("config")
+    if config is not None and not isinstance(config, dict):
+        raise MlxnetError(f"{ckpt.path}: metadata 'config' is a JSON {type(config).__name__}, expected an object")
+    return Description(ckpt.metadata.get("model"), dict(config or {}),
+                       names_of(names, str(ckpt.path)) if names is not None else None)
 
 
 def names_of(value: Any, source: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..errors import MlxnetError
+from ..errors import MlxnetError, reading, summary
 from ..image import check_output_path
 from .checkpoint import FORMAT, Checkpoint, Description, describe_from_metadata, fits_as_is, open_checkpoint
 from .fold import fold_conv_bn
@@ -36,18 +36,17 @@ def convert_state_dict(state: Mapping[str, mx.array], spec: WeightSpec | str, *,
     build its model (with ``config``), check every key and shape against it. With ``dtype``
     None, floats keep their dtype (a folded conv keeps its weight's)."""
     spec = get_spec(spec)
-    names = spec.map_keys(list(state))
+    names = spec.map_keys(list(state), source)
     out = {}
     for old, new in names.items():
-        kind, groups = spec.layout_of(new, tuple(state[old].shape))
+        kind, groups = spec.layout_of(new, tuple(state[old].shape), source)
         out[new] = from_torch_layout(state[old], kind, groups)
     out = _folded(out, spec, dtype) if fold_bn else cast_floating(out, dtype)
     if spec.build is not None:
         problems = check_weights(spec.build(fold_bn=fold_bn, **dict(config or {})), out)
         if problems:
             where = f" of {source}" if source else ""
-            raise MlxnetError(f"converted weights{where} do not fit model {spec.id!r}: {len(problems)} problem(s):\n"
-                              + "\n".join(f"  {p}" for p in problems))
+            raise MlxnetError(summary(f"converted weights{where} do not fit model {spec.id!r}", problems))
     return out
 
 
@@ -125,9 +124,10 @@ def load_model(source: str | os.PathLike | Checkpoint, spec: WeightSpec | str, *
     if spec.build is None:
         raise MlxnetError(f"spec {spec.id!r} cannot build its model (WeightSpec.build)")
     ckpt = source if isinstance(source, Checkpoint) else open_checkpoint(source, spec.checkpoint_key)
-    found = found if found is not None else describe(ckpt, spec)
-    weights, folded = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
-    model = load_into(spec.build(fold_bn=folded, **found.config), weights, source=str(ckpt.path))
+    with reading(ckpt.path, "checkpoint"):  # what the file says reaches describe, build and the checks
+        found = found if found is not None else describe(ckpt, spec)
+        weights, folded = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
+        model = load_into(spec.build(fold_bn=folded, **found.config), weights, source=str(ckpt.path))
     model.eval()
     return model, found
 
@@ -141,7 +141,8 @@ def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: s
         raise MlxnetError(f"unknown model {model!r}: expected one of {', '.join(variants)}")
     dtype = compute_dtype(dtype)
     ckpt = open_checkpoint(source, spec=model or default or variants[0], ids=variants)
-    found = (get_spec(variants[0]).describe or describe_from_metadata)(ckpt)
+    with reading(ckpt.path, "checkpoint"):
+        found = (get_spec(variants[0]).describe or describe_from_metadata)(ckpt)
     if found.variant not in variants:
         raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not one of {', '.join(variants)}")
     if model is not None and found.variant != model:
@@ -163,11 +164,12 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: Wei
     inputs = [src_path] if src_path is not None else []
     dst = check_output_path(dst, inputs, force=force, kind="file")  # before reading a large checkpoint
     ckpt = open_checkpoint(src_path or src, spec.checkpoint_key, spec=spec)
-    found = describe(ckpt, spec)
-    if ckpt.converted and ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
-        raise MlxnetError(f"{ckpt.path} was already converted with fold_bn={ckpt.metadata.get('fold_bn')}; "
-                          "convert the original checkpoint instead")
-    weights, _ = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
+    with reading(ckpt.path, "checkpoint"):
+        found = describe(ckpt, spec)
+        if ckpt.converted and ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
+            raise MlxnetError(f"{ckpt.path} was already converted with fold_bn={ckpt.metadata.get('fold_bn')}; "
+                              "convert the original checkpoint instead")
+        weights, _ = model_weights(ckpt, spec, found, dtype=dtype, fold_bn=fold_bn)
     names = tuple(names) if names is not None else found.names
     return save_converted(dst, weights, spec.id, found.config, names, source=ckpt.path.name, fold_bn=fold_bn)
 
@@ -191,13 +193,14 @@ def load_pretrained(model: nn.Module, spec: WeightSpec | str, source: str | os.P
     spec, dtype = get_spec(spec), compute_dtype(dtype)
     ckpt = open_checkpoint(source if source is not None else spec.id, spec.checkpoint_key, spec=spec,
                            ids=(spec.id,))
-    if ckpt.converted:
-        if ckpt.metadata.get("model") != spec.id or ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
-            raise MlxnetError(f"{ckpt.path} was converted for model {ckpt.metadata.get('model')!r} "
-                              f"(fold_bn={ckpt.metadata.get('fold_bn')}), not {spec.id!r} (fold_bn={int(fold_bn)})")
-        weights = cast_floating(ckpt.tensors, dtype)
-    elif fits_as_is(ckpt, model):
-        weights = cast_floating(ckpt.tensors, dtype)
-    else:
-        weights = convert_state_dict(ckpt.tensors, spec, dtype=dtype, fold_bn=fold_bn, source=str(ckpt.path))
-    return load_into(model, weights, strict=strict, source=str(ckpt.path))
+    with reading(ckpt.path, "checkpoint"):
+        if ckpt.converted:
+            if ckpt.metadata.get("model") != spec.id or ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
+                raise MlxnetError(f"{ckpt.path} was converted for model {ckpt.metadata.get('model')!r} "
+                                  f"(fold_bn={ckpt.metadata.get('fold_bn')}), not {spec.id!r} (fold_bn={int(fold_bn)})")
+            weights = cast_floating(ckpt.tensors, dtype)
+        elif fits_as_is(ckpt, model):
+            weights = cast_floating(ckpt.tensors, dtype)
+        else:
+            weights = convert_state_dict(ckpt.tensors, spec, dtype=dtype, fold_bn=fold_bn, source=str(ckpt.path))
+        return load_into(model, weights, strict=strict, source=str(ckpt.path))

@@ -7,7 +7,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from ..errors import MlxnetError
+from ..errors import MlxnetError, summary
 
 
 def check_weights(model: nn.Module, weights: Mapping[str, mx.array], *, strict: bool = True) -> list[str]:
@@ -46,14 +46,14 @@ def load_into(model: nn.Module, weights: Mapping[str, mx.array], strict: bool = 
               source: str | None = None) -> nn.Module:
     """Check ``weights`` against ``model.parameters()`` and load them (dtypes as given).
 
+    Every problem is reported at once, in one line (the first few and the count).
     ``strict=False`` skips missing and unexpected keys (the model keeps its values for the
     former) but still refuses shape mismatches. ``source`` (a file name) goes into the message.
     """
     problems = check_weights(model, weights, strict=strict) + _bad_values(model, weights)
     if problems:
         where = f" ({source})" if source else ""
-        raise MlxnetError(f"weights{where} do not fit {type(model).__name__}: {len(problems)} problem(s):\n"
-                          + "\n".join(f"  {p}" for p in problems))
+        raise MlxnetError(summary(f"weights{where} do not fit {type(model).__name__}", problems))
     known = {k for k, _ in tree_flatten(model.parameters())}
     model.load_weights([(k, v) for k, v in weights.items() if k in known], strict=False)
     return model

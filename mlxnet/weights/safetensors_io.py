@@ -18,6 +18,7 @@ import numpy as np
 from ..dtypes import DTypeLike, as_dtype  # noqa: F401  (re-exported: weights' callers use it)
 from ..errors import MlxnetError
 from ..image import atomic_write
+from .torch_pickle.limits import mlx_shape_problem
 
 PathLike = Union[str, os.PathLike]
 
@@ -64,7 +65,7 @@ def read_safetensors_header(path: PathLike) -> tuple[dict, dict[str, str]]:
 
     Checks what the format requires: a header length within the file (and the format's 100 MB
     limit) before anything is read, a JSON object whose entries each have a known dtype, a
-    shape of non-negative integers and integer ``data_offsets`` [begin, end] with
+    shape of non-negative integers that MLX can hold (each under 2**31) and integer ``data_offsets`` [begin, end] with
     end - begin = elements × dtype size; tensors in the data section without overlaps or gaps,
     covering it exactly; string-to-string metadata. Every failure is a one-line MlxnetError
     naming the file; nothing larger than the file's own header is allocated."""
@@ -127,6 +128,9 @@ def read_safetensors_header(path: PathLike) -> tuple[dict, dict[str, str]]:
         if end - begin != want:
             raise MlxnetError(f"{where}: {dtype} {shape} needs {want} bytes, data_offsets "
                               f"[{begin}, {end}] give {end - begin}")
+        problem = mlx_shape_problem(shape)  # a zero-element tensor passes the byte count with any dims
+        if problem:
+            raise MlxnetError(f"{where}: {problem}")
         spans.append((begin, end, name))
     # The tensors must tile the data section (the format's rule): sorted by offset, each starts
     # where the previous ended. Only counts were compared so far, nothing was read or allocated.

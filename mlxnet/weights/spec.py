@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence, Union
 
-from ..errors import MlxnetError
+from ..errors import MlxnetError, summary
 from .layout import LayoutKind
 
 if TYPE_CHECKING:
@@ -84,8 +84,9 @@ class WeightSpec:
     build: Callable[..., "nn.Module"] | None = field(default=None, compare=False)
     describe: Callable[["Checkpoint"], "Description"] | None = field(default=None, compare=False)
 
-    def map_keys(self, names: Sequence[str]) -> dict[str, str]:
-        """PyTorch key -> mlxnet key for every kept key; all unmapped keys reported at once."""
+    def map_keys(self, names: Sequence[str], source: str | None = None) -> dict[str, str]:
+        """PyTorch key -> mlxnet key for every kept key; all unmapped keys reported at once, in
+        one line (the first few and the count) naming ``source``, the file, where given."""
         out: dict[str, str] = {}
         unmapped: list[str] = []
         seen: dict[str, str] = {}
@@ -107,11 +108,15 @@ class WeightSpec:
         problems = [f"unmapped key {k} (no rule in spec {self.id!r} maps or drops it)" for k in unmapped]
         problems += [f"key clash: {c}" for c in clashes]
         if problems:
-            raise MlxnetError(_lines(f"spec {self.id!r} cannot map {len(problems)} checkpoint key(s)", problems))
+            of = f" of {source}" if source else ""
+            raise MlxnetError(summary(f"spec {self.id!r} cannot map {len(problems)} checkpoint key(s){of}", problems,
+                                       counted=True))
         return out
 
-    def layout_of(self, key: str, shape: tuple) -> tuple[LayoutKind, int]:
-        """(kind, groups) for one mlxnet key; refuses to guess for tensors of 3+ dims."""
+    def layout_of(self, key: str, shape: tuple, source: str | None = None) -> tuple[LayoutKind, int]:
+        """(kind, groups) for one mlxnet key; refuses to guess for tensors of 3+ dims (the error
+        names ``source``, the file, where given)."""
+        of = f" in {source}" if source else ""
         found = None
         if callable(self.layouts):
             found = self.layouts(key, tuple(shape))
@@ -123,17 +128,13 @@ class WeightSpec:
         if found is None:
             if len(shape) <= 2:
                 return "plain", 1
-            raise MlxnetError(f"spec {self.id!r}: no layout rule for {key} with shape {tuple(shape)} "
+            raise MlxnetError(f"spec {self.id!r}: no layout rule for {key} with shape {tuple(shape)}{of} "
                               "(a tensor of 3+ dims needs one)")
         kind, groups = (found, 1) if isinstance(found, str) else (found[0], found[1] if len(found) > 1 else 1)
         if kind != "plain" and len(shape) != _NDIM.get(kind, -1):
             raise MlxnetError(f"spec {self.id!r}: layout {kind} for {key} expects {_NDIM.get(kind)} dims, "
-                              f"found shape {tuple(shape)}")
+                              f"found shape {tuple(shape)}{of}")
         return kind, groups
-
-
-def _lines(summary: str, problems: Sequence[str]) -> str:
-    return summary + ":\n" + "\n".join(f"  {p}" for p in problems)
 
 
 _SPECS: dict[str, WeightSpec] = {}

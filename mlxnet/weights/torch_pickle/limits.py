@@ -21,6 +21,7 @@ MAX_INFLATION = 16  # deflated zip members may inflate to this many times the ar
 INFLATION_SLACK = 16 << 20  # ... plus this, so that small re-zipped files with zero buffers load
 MAX_RECORD_TYPES = 4096  # distinct foreign classes one pickle may name (each costs a type object)
 CHUNK = 1 << 20  # zip members are read this many bytes at a time
+MLX_MAX_DIM = 2**31 - 1  # MLX keeps each dimension as an int32: a larger one would wrap around
 
 
 def brief(x: Any, limit: int = 60) -> str:
@@ -42,12 +43,6 @@ def brief(x: Any, limit: int = 60) -> str:
     return f"a {type(x).__name__}{size}"
 
 
-def one_line(text: Any, limit: int = 300) -> str:
-    """An error's text on one line, cut short (a message may quote data from the file)."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def index(x: Any, what: str) -> int:
     """A non-negative int64 (a size, stride, offset or count declared by the file)."""
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
@@ -65,3 +60,13 @@ def dims(seq: Any, what: str) -> tuple[int, ...]:
     if len(seq) > MAX_NDIM:
         raise Corrupt(f"{what} has {len(seq)} dimensions; at most {MAX_NDIM} are supported")
     return tuple(index(n, what) for n in seq)
+
+
+def mlx_shape_problem(shape: tuple[int, ...]) -> str | None:
+    """Why MLX cannot hold an array of ``shape`` (None if it can): each dimension is compared as
+    a Python int with MLX's int32 limit, before MLX sees it (a dimension of 3000000000 on a
+    zero-element tensor would come back as -1294967296)."""
+    for n in shape:
+        if n > MLX_MAX_DIM:
+            return f"dimension {n} of shape {tuple(shape)} is over MLX's limit of 2**31-1"
+    return None

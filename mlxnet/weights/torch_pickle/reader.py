@@ -10,11 +10,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ...errors import MlxnetError
+from ...errors import MlxnetError, one_line
 from ..file_kinds import HEAD_BYTES, foreign_format, may_be_pickle, unrecognised
 from .errors import Corrupt, NotACheckpoint, Refused, Truncated
 from .legacy import read_legacy
-from .limits import one_line
 from .zip_archive import read_zip
 
 

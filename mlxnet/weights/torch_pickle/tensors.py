@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from .errors import Corrupt, Refused
-from .limits import VIEW_BUDGET, brief, dims, index
+from .limits import VIEW_BUDGET, brief, dims, index, mlx_shape_problem
 from .records import Allowed
 
 Tensor = Union[np.ndarray, mx.array]  # numpy, except bfloat16 (numpy has none): an mx.array
@@ -97,6 +97,9 @@ def _tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: Any = None
         view = np.lib.stride_tricks.as_strided(flat[offset:], size, strides, writeable=False)
         arr = np.array(view, dtype=native)  # an own copy, in native byte order
     if dtype == BF16:
+        problem = mlx_shape_problem(size)  # the one dtype that becomes an MLX array here
+        if problem:
+            raise Corrupt(f"{what}: {problem}")
         t: Tensor = mx.array(arr).view(mx.bfloat16)
         if neg:
             t = -t

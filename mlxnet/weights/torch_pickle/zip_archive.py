@@ -4,7 +4,8 @@
 Every member is checked against what it declares before it is read:
 
 * A storage member must hold exactly element count x dtype size bytes, read in chunks and never
-  past that (a member that decompresses to more is an error).
+  past that (a member that decompresses to more is an error); the buffer grows with the bytes
+  that arrive, so memory follows what the archive holds, not what its headers declare.
 * Stored members together may not exceed the archive (overlapping entries); deflated ones may
   inflate to at most 16x the archive + 16 MiB in all (torch writes them stored, so a real
   checkpoint reads 1x); other compression methods and encrypted members are refused.
@@ -63,15 +64,15 @@ class ZipMembers:
         probe = copy.copy(info)
         probe.file_size = size + 1
         del probe.CRC
-        buf = bytearray(size)
-        got = 0
+        # The buffer grows as bytes arrive, never to the declared size up front: a deflated
+        # member declaring gigabytes that inflates to a few bytes costs those few bytes.
+        buf = bytearray()
         with self.zf.open(probe) as f:
-            while got < size:
-                chunk = f.read(min(CHUNK, size - got))
+            while len(buf) < size:
+                chunk = f.read(min(CHUNK, size - len(buf)))
                 if not chunk:
-                    raise Truncated(f"{name} ends after {got} of its {size} bytes")
-                buf[got:got + len(chunk)] = chunk
-                got += len(chunk)
+                    raise Truncated(f"{name} ends after {len(buf)} of its {size} bytes")
+                buf += chunk
             if f.read(1):
                 raise Corrupt(f"{name} decompresses to more than the {size} bytes it declares")
         if zlib.crc32(buf) != info.CRC:
