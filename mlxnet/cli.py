@@ -83,7 +83,7 @@ def run() -> None:
 
 
 # Every command is one module, mlxnet/commands/<name>.py, whose function <name> is the command.
-COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "bench")
+COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "erase", "bench")
 for _name in COMMANDS:
     app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
 # Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.

@@ -22,6 +22,7 @@ KINDS = {
     "classify": "images", "detect": "images+output", "segment": "images+output", "inpaint": "images+output",
     "check": "model", "convert": "file", "train classify": "train",
     "info": "tool", "models": "tool", "ops": "tool", "bench": "tool",
+    "erase": "models+output",
 }
 REQUIRED = {
     "images": {"--device", "--model", "--weights", "--dtype", "--batch", "--json"},
@@ -30,6 +31,8 @@ REQUIRED = {
     "file": {"--device", "--model", "--dtype", "--force"},
     "train": {"--device", "--model", "--weights", "--dtype", "--batch", "--output", "--force"},
     "tool": {"--device"},
+    # several models, each with its own weights option (--sam-weights, ...; metavars checked below)
+    "models+output": {"--device", "--dtype", "--batch", "--json", "--output"},
 }
 SHORT = {"--model": "-m", "--weights": "-w", "--output": "-o"}
 METAVAR = {"--weights": "ID|FILE|random", "--dtype": "DTYPE", "--device": "cpu|gpu"}
@@ -64,7 +67,10 @@ def test_command_follows_the_grammar(name):
     for long, metavar in METAVAR.items():
         if long in options:
             assert options[long].metavar == metavar, f"{name}: {long} metavar {options[long].metavar!r}"
-    if KINDS[name].startswith("images"):
+    for long in options:
+        if long.endswith("-weights"):
+            assert options[long].metavar == METAVAR["--weights"], f"{name}: {long} metavar {options[long].metavar!r}"
+    if KINDS[name].startswith(("images", "models")):
         (argument, *_) = [p for p in command.params if p.param_type_name == "argument"]
         assert argument.metavar == "SOURCE..." and argument.nargs == -1
 
