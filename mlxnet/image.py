@@ -79,7 +79,7 @@ def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
 
     Its size is read from the header and checked against the pixel budget
     (:func:`pixel_budget`) before any pixel is decoded: decoding holds about 4 bytes a pixel,
-    and the whole load about 14 at its peak. Pillow's decompression-bomb guard is kept at its
+    and a whole load 10 to 11 at its peak. Pillow's decompression-bomb guard is kept at its
     global limit (``Image.MAX_IMAGE_PIXELS``, not changed here); both its warning (over the
     limit) and its error (over twice the limit) refuse the file. Reads grow with the bytes
     that arrive (:class:`_ChunkedReader`), and whatever Pillow raises for a malformed file
@@ -168,6 +168,10 @@ def load_image(path: PathLike, mode: str = "RGB", *, max_pixels: int | None = No
     (``max_pixels``, else :func:`pixel_budget`'s default) is refused from its header with a
     one-line MlxnetError, and so is one over Pillow's decompression-bomb limit."""
     im = _decode(path, max_pixels)
+    if mode == "RGB" and im.mode == "RGB":  # the common case, without convert()'s copy
+        pixels = np.asarray(im)  # read-only, over a bytes copy of the frame
+        del im  # the frame (4 bytes a pixel) goes before the writable copy: ~7 bytes a pixel at the peak
+        return pixels.copy()
     if mode == "RGB":
         return _pil_rgb(im, path)
     try:
@@ -194,7 +198,10 @@ def load_mask(path: PathLike, *, max_pixels: int | None = None) -> np.ndarray:
     would be 0 after a grey conversion, which weights blue by 0.114 and rounds). Alpha is
     ignored (as a grey reading of the file would ignore it); palette images are read through
     their palette, CMYK through Pillow's RGB conversion. ``max_pixels``: as for :func:`load_image`."""
-    return np.where(_pil_filled(_decode(path, max_pixels), path), 255, 0).astype(np.uint8)
+    im = _decode(path, max_pixels)
+    filled = np.asarray(im).any(axis=-1) if im.mode == "RGB" else _pil_filled(im, path)
+    del im
+    return filled.view(np.uint8) * np.uint8(255)  # one byte a pixel throughout (np.where made int64)
 
 
 # --- Inputs of the models' Python entry points ---------------------------------------------
