@@ -2,6 +2,9 @@
 tests/fixtures/fuzz/seeds/ (so that a case means the same bytes on every machine and PyTorch
 version) and made by this module: ``python tests/fuzz_seeds.py`` writes them again.
 
+The committed files are the canonical seeds: torch.save writes a random serialization id into
+its zip files, so seeds written again differ from them in those bytes (and so do the cases).
+
 Each seed names the loaders it goes through (tests/fuzz_worker.py's table); the fuzzer mutates
 its bytes and sends every mutant through each of them.
 """
