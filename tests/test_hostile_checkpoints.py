@@ -320,22 +320,12 @@ CASES: dict[str, tuple[Callable[[Path], Path], str | None]] = {
 }
 
 CHILD = r"""
-import json, resource, sys
+import json, os, resource, sys
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
 import mlxnet  # gives MLX OpenBLAS on Linux
 from mlxnet.errors import MlxnetError
 from mlxnet.weights.torch_pickle import read_torch_checkpoint
-
-def status(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
-
-def reset_peak():  # Linux: "5" resets VmHWM to the current RSS, so each load gets its own peak
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+from fuzz_worker import reset_peak, status  # the fuzzer's child measures the same way
 
 limit = status("VmSize") + (1 << 30)  # 1 GiB of address space beyond what the interpreter holds now
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
