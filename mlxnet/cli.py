@@ -86,6 +86,8 @@ def run() -> None:
 COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "erase", "bench")
 for _name in COMMANDS:
     app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
+# `mlxnet app` lives with the web app it serves (mlxnet/app/); the web stack loads when it runs.
+app.command(name="app")(importlib.import_module("mlxnet.app.command").app)
 # Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.
 for _name in ("train",):
     app.add_typer(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name), name=_name)

@@ -24,12 +24,8 @@ import typer
 
 from mlxnet.commands import grammar
 from mlxnet.commands.images import Job, check_outputs, expand_inputs, mirror, names_one_file
+from mlxnet.commands.pipeline import run_jobs
 from mlxnet.errors import MlxnetError
-
-try:  # the image pipeline's runner is moving to its own module; either home serves
-    from mlxnet.commands.pipeline import run_jobs
-except ImportError:
-    from mlxnet.commands.images import run_jobs  # type: ignore[attr-defined,no-redef]
 
 WEIGHTS_METAVAR = "ID|FILE|random"
 
