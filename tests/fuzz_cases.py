@@ -5,7 +5,7 @@ draws the mutations (seeded, so every run draws the same cases, and it shrinks a
 to a small one); this module applies them. Besides blind ones (bit flips, bytes set, runs
 inserted and deleted, truncation, a 1-8 byte integer overwritten with a boundary value), each
 format gets the edits that reach past its integrity checks: a zip member rewritten and re-zipped
-with a valid CRC (a pickle's opcodes mutated inside), a safetensors header edited as JSON and
+with a valid CRC, a pickle's opcode swapped for another (in data.pkl or a legacy stream), a safetensors header edited as JSON and
 re-framed, PNG chunks given valid CRCs again, and image headers given other sizes.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickletools
 import select
 import struct
 import subprocess
@@ -34,6 +35,8 @@ BOUNDARY_INTS = (0, 1, 2, 7, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1
 JSON_VALUES = ("5", "[1e400]", "null", "{}", "[]", '"x"', '{"nc": 1000000000}', '{"num_classes": -1}',
                '{"bogus": 1}', '[{"a": 1}]', '{"0": "a"}', "1e400", "true", '{"nc": "2"}', "[[[[[[[[[[]]]]]]]]]]")
 
+OPCODES = tuple(sorted({op.code.encode("latin-1") for op in pickletools.opcodes}))
+
 _position = st.floats(0, 1, exclude_max=True)
 MUTATIONS = st.one_of(
     st.tuples(st.just("flip"), _position, st.integers(0, 7)),
@@ -54,6 +57,7 @@ FORMAT_EDITS = st.one_of(
     st.tuples(st.just("size"), st.sampled_from(BOUNDARY_INTS + (1, 3000, 9000, 100_000)),
               st.sampled_from(BOUNDARY_INTS + (1, 4096, 9500, 100_000))),
     st.tuples(st.just("recrc"),),
+    st.tuples(st.just("opcode"), st.integers(0, 2**16), st.sampled_from(OPCODES)),
 )
 
 
@@ -115,6 +119,10 @@ def mutate(data: bytes, m: tuple) -> bytes:
 
 def format_edit(seed: str, data: bytes, edit: tuple) -> bytes:
     kind = edit[0]
+    if kind == "opcode" and seed.endswith(".pt"):  # in data.pkl of a zip, in the stream of a legacy file
+        if data[:4] == b"PK\x03\x04":
+            return _rewrite_member(data, 0, [], lambda pkl: _swap_opcode(pkl, edit[1], edit[2]))
+        return _swap_opcode(data, edit[1], edit[2])
     if kind == "member" and data[:4] == b"PK\x03\x04":
         return _rewrite_member(data, edit[1], edit[2])
     if kind == "member" and seed.endswith(".pt"):  # a legacy file is one pickle stream after another
@@ -133,18 +141,35 @@ def format_edit(seed: str, data: bytes, edit: tuple) -> bytes:
     return data
 
 
-def _rewrite_member(data: bytes, which: int, mutations: list) -> bytes:
-    """The archive again with one member's bytes mutated and a valid CRC (deflated sometimes, so
-    the inflating path is exercised too)."""
+def _swap_opcode(pkl: bytes, k: int, code: bytes) -> bytes:
+    """The ``k``-th opcode (counted over every pickle in the stream) replaced by ``code``: the
+    arguments stay, so the machine reads them as something else."""
+    stream, starts = io.BytesIO(pkl), []
+    while stream.tell() < len(pkl) and len(starts) < 100_000:
+        try:
+            starts += [pos for _, _, pos in pickletools.genops(stream)]
+        except Exception:  # noqa: BLE001  (the raw storages after a legacy file's pickles)
+            break
+    if not starts:
+        return pkl
+    at = starts[k % len(starts)]
+    return pkl[:at] + code + pkl[at + 1:]
+
+
+def _rewrite_member(data: bytes, which: int, mutations: list, change: Any = None) -> bytes:
+    """The archive again with one member's bytes mutated (``change``: a function of them; which
+    0: data.pkl) and a valid CRC (deflated sometimes, so the inflating path is exercised too)."""
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         members = [(info, zf.read(info)) for info in zf.infolist()]
-    index = which % len(members)
+    pickles = [i for i, (info, _) in enumerate(members) if info.filename.endswith("/data.pkl")]
+    index = pickles[0] if which % 4 == 0 and pickles else which % len(members)
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as zw:
         for i, (info, body) in enumerate(members):
             if i == index:
                 for m in mutations:
                     body = mutate(body, m)
+                body = change(body) if change else body
             method = zipfile.ZIP_DEFLATED if (which >= 8 and i == index) else zipfile.ZIP_STORED
             zw.writestr(zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0)), body, compress_type=method)
     return out.getvalue()
