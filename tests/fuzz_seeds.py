@@ -32,6 +32,11 @@ SEED_LOADERS: dict[str, tuple[str, ...]] = {
     "palette.gif": ("load_image", "load_mask"),
     "rgb.tif": ("load_image", "load_mask"),
     "rgb.webp": ("load_image",),
+    # mlxnet app's HTTP API: an image upload, a detection on random weights, a click on an
+    # image the app does not hold (its prompts are parsed; SAM never runs)
+    "image.http": ("app_request",),
+    "detect.http": ("app_request",),
+    "segment.http": ("app_request",),
 }
 
 
@@ -54,6 +59,29 @@ def _images(out: Path) -> None:
     rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=8).save(out / "palette.gif")
     rgb.save(out / "rgb.tif")  # uncompressed strips: StripOffsets and StripByteCounts in the header
     rgb.save(out / "rgb.webp", lossless=True)
+
+
+def _request(path: str, fields: dict[str, str], files: dict[str, bytes]) -> bytes:
+    """A multipart/form-data POST as a browser sends it."""
+    boundary = "----mlxnetfuzz0123456789"
+    body = b""
+    for name, value in fields.items():
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").encode()
+    for name, data in files.items():
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.png\"\r\n"
+                 "Content-Type: image/png\r\n\r\n").encode() + data + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary={boundary}"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    return head + body
+
+
+def _requests(out: Path) -> None:
+    png = (out / "rgb.png").read_bytes()
+    (out / "image.http").write_bytes(_request("/api/image", {}, {"image": png}))
+    (out / "detect.http").write_bytes(_request("/api/detect", {"conf": "0.5"}, {"image": png}))
+    (out / "segment.http").write_bytes(_request("/api/segment", {"image_id": "0" * 32, "points": "[[10, 12, 1]]",
+                                                                 "box": "[1, 2, 30, 20]"}, {}))
 
 
 def _checkpoints(out: Path) -> None:
@@ -89,6 +117,7 @@ def _checkpoints(out: Path) -> None:
 def write_seeds(out: Path = SEEDS) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     _images(out)
+    _requests(out)
     _checkpoints(out)
     (out / "README.json").write_text(json.dumps({"made_by": "tests/fuzz_seeds.py", "loaders": SEED_LOADERS},
                                                 indent=1) + "\n")

@@ -9,8 +9,9 @@ then plus ``FUZZ_AS_LIMIT_MB`` (default 1024), and its peak RSS is reset (``/pro
 so every case is bounded and measured on its own. A case that kills the process (a crash, the
 limit hit outside Python) is seen by the parent as the pipe closing.
 
-``LOADERS`` is the table of surfaces: a new one (a video reader, a web request handler) is one
-entry, a function of the file's path.
+``LOADERS`` is the table of surfaces, each a function of the file's path: the weights and
+image loaders, and ``mlxnet app``'s HTTP API (a file holding a request); a new surface (a video
+reader) is one entry.
 """
 from __future__ import annotations
 
@@ -55,12 +56,60 @@ def _load_mask(path: str) -> None:
     load_mask(path)
 
 
+_APP: list = []  # the web app, made on first use (its models load only when a request needs them)
+
+
+def _app_request(path: str) -> None:
+    """A file holding an HTTP request (request line, headers, body) sent to ``mlxnet app``'s
+    ASGI application in process. A 2xx is a load; a 4xx with a JSON ``error`` becomes an
+    MlxnetError naming the file; anything else (a 500, a body that is no JSON) is raised as is.
+    The request line and headers are parsed as the HTTP server would before the app sees them
+    (one it could not parse is refused there); Content-Length is the body's true length."""
+    import asyncio
+
+    if not _APP:
+        from mlxnet.app.models import Models, Weights
+        from mlxnet.app.server import Limits, create_app
+
+        _APP.append(create_app(Models(Weights(sam="random", lama="random", yolo="random", resnet="random")),
+                               Limits(max_upload_mb=1, max_pixels=4_000_000)))
+    head, _, body = Path(path).read_bytes().partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[1].startswith(b"/") or not parts[0].isalpha():
+        raise MlxnetError(f"{path}: the server refuses the request line {lines[0][:60]!r}")
+    target, _, query = parts[1].partition(b"?")
+    headers = [(k.strip().lower(), v.strip()) for k, _, v in (line.partition(b":") for line in lines[1:])
+               if k.strip() and k.strip().isascii() and b" " not in k.strip()]
+    headers = [h for h in headers if h[0] != b"content-length"] + [(b"content-length", str(len(body)).encode())]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": parts[0].decode(),
+             "scheme": "http", "path": target.decode("latin-1"), "raw_path": target, "query_string": query,
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(_APP[0](scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    if 200 <= status < 300:
+        return
+    answer = json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+    if 400 <= status < 500 and isinstance(answer.get("error"), str):
+        raise MlxnetError(f"{path}: HTTP {status}: {answer['error']}")
+    raise RuntimeError(f"HTTP {status}: {answer}")
+
+
 LOADERS: dict[str, Callable[[str], None]] = {
     "open_checkpoint": _open_checkpoint,
     "load_model:tinynet": _load_model("tinynet"),
     "load_model:yolov8n": _load_model("yolov8n"),
     "load_image": _load_image,
     "load_mask": _load_mask,
+    "app_request": _app_request,
     # not a surface: shows the address-space limit works (this must end in MemoryError)
     "allocate_2GiB": lambda path: bytearray(2 << 30),
 }
