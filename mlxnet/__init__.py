@@ -50,11 +50,11 @@ def tune_cpu() -> None:
 def tune_gpu() -> None:
     """Opt in to process-wide GPU tuning, before the process's first GPU work: MLX's CUDA
     back end then launches kernels directly instead of recording CUDA graphs, which is faster
-    for these models, and keeps more cuDNN convolution plans, without the lifetime limit that
-    would stop a run over many input shapes (see :mod:`mlxnet._cuda_graphs`). It sets
-    ``MLX_USE_CUDA_GRAPHS=0``, ``MLX_CUDA_CONV_CACHE_SIZE=2048`` and
-    ``MLX_ENABLE_CACHE_THRASHING_CHECK=0`` in the environment, each unless the user set it;
-    Metal and CPU builds ignore them. The ``mlxnet`` command calls this for its own process."""
+    for these models (see :mod:`mlxnet._cuda_graphs`). It sets ``MLX_USE_CUDA_GRAPHS=0`` in
+    the environment unless the user set it; Metal and CPU builds ignore it. The ``mlxnet``
+    command calls this for its own process. (MLX's convolution-plan cache is sized when its
+    library loads, before this can run: start Python with ``MLX_CUDA_CONV_CACHE_SIZE=16384``
+    for inputs of many shapes; the command does that for itself.)"""
     _cuda_graphs.configure()
 
 

@@ -11,13 +11,14 @@ every MLX user in the process. So it is opt-in: :func:`mlxnet.tune_gpu` before t
 work. The ``mlxnet`` command calls it for its own process. A value the user set is kept, so
 ``MLX_USE_CUDA_GRAPHS=1`` keeps MLX's graphs in the command too.
 
-The same opt-in sizes MLX's cache of cuDNN convolution plans for folders of photos. MLX keeps
-128 plans (one per convolution input shape) and, counting every plan it ever built, stops the
-process with "Cache thrashing is happening" after 256: a YOLOv8 forward has about 60
-convolution shapes per input shape, so a folder of photos of five letterbox shapes (or a server
-seeing many sizes) would end there. :data:`CACHE_SETTINGS` keeps more plans and turns the
-lifetime count off (a plan built again costs milliseconds, not a wrong result). Values the
-user set are kept.
+One setting cannot wait for the first GPU operation: the number of cuDNN convolution plans MLX
+keeps (``MLX_CUDA_CONV_CACHE_SIZE``, 128 by default) is read when MLX's library loads, before
+any Python code of ours runs. A YOLOv8s forward needs about as many plans as that at one input
+shape, so photos of two letterbox shapes taken in turn evict each other's plans and every
+forward rebuilds them (about 75 ms instead of 2 on an H200). :data:`LOAD_TIME_SETTINGS` keeps
+plans for every letterbox shape of a 640 input; the ``mlxnet`` command, on a CUDA build where the
+user has not set them, starts itself again once with them (:func:`missing_load_time_settings`).
+A library user sets them before starting Python: ``MLX_CUDA_CONV_CACHE_SIZE=16384 python app.py``.
 """
 from __future__ import annotations
 
@@ -25,23 +26,32 @@ import os
 import re
 
 VARIABLE = "MLX_USE_CUDA_GRAPHS"
-CACHE_SETTINGS = {"MLX_CUDA_CONV_CACHE_SIZE": "2048", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}
+LOAD_TIME_SETTINGS = {"MLX_CUDA_CONV_CACHE_SIZE": "16384"}
 
 
 def configure() -> None:
-    """Ask MLX for direct launches and a larger convolution-plan cache, unless the user chose
-    (Metal and CPU builds ignore both)."""
+    """Ask MLX for direct launches, unless the user chose (Metal and CPU builds ignore it)."""
     os.environ.setdefault(VARIABLE, "0")
-    for name, value in CACHE_SETTINGS.items():
-        os.environ.setdefault(name, value)
+
+
+def missing_load_time_settings(cuda: bool | None = None) -> dict[str, str]:
+    """On a CUDA build (``cuda``: whether MLX has one; asked when None), the settings of
+    :data:`LOAD_TIME_SETTINGS` that the environment lacks; else none."""
+    if cuda is None:
+        import mlx.core as mx
+
+        cuda = mx.cuda.is_available()
+    return {k: v for k, v in LOAD_TIME_SETTINGS.items() if k not in os.environ} if cuda else {}
 
 
 def cuda_graphs_info() -> str:
     """What MLX will use (or uses, once its GPU has started) on CUDA builds."""
     value = os.environ.get(VARIABLE)
+    plans = os.environ.get("MLX_CUDA_CONV_CACHE_SIZE", "128 (MLX's default)")
     if value is None:
-        return "CUDA graphs (MLX's default)"
-    return f"{'CUDA graphs' if _mlx_reads(value) else 'direct launches'} ({VARIABLE}={value})"
+        return f"CUDA graphs (MLX's default); convolution plans kept: {plans}"
+    return f"{'CUDA graphs' if _mlx_reads(value) else 'direct launches'} ({VARIABLE}={value}); " \
+           f"convolution plans kept: {plans}"
 
 
 def _mlx_reads(value: str) -> int:

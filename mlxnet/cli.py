@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 from typing import Optional
@@ -60,8 +61,22 @@ def _shorten(text: str, limit: int = 10) -> str:
     return "\n".join(lines[:limit + 1] + [f"  ... and {len(lines) - limit - 1} more (--debug shows all)"])
 
 
+def _restart_with_load_time_settings() -> None:
+    """On a CUDA build, start this command again with the MLX settings read when MLX's library
+    loads (mlxnet._cuda_graphs), where the user has not set them: once, as the new process
+    has them."""
+    from . import _cuda_graphs
+
+    missing = _cuda_graphs.missing_load_time_settings()
+    if missing:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **missing})
+
+
 def run() -> None:
     """Console-script entry point: one-line errors unless --debug."""
+    _restart_with_load_time_settings()
     try:
         code = app(standalone_mode=False)
     except typer.Exit as e:

@@ -455,19 +455,24 @@ class YOLO:
         return results[0] if single else results
 
     def predict_prepared(self, items: Sequence[Letterboxed], *, conf: float = 0.25, iou: float = 0.7,
-                         max_det: int = 300, agnostic: bool = False,
-                         classes: Sequence[int] | None = None) -> list[Detections]:
+                         max_det: int = 300, agnostic: bool = False, classes: Sequence[int] | None = None,
+                         batch_size: int | None = None) -> list[Detections]:
         """:meth:`predict` for images already through :meth:`prepare`: one forward per letterbox
-        shape, one transfer back to the host per forward."""
+        shape, one transfer back to the host per forward. ``batch_size``: run every forward at
+        this batch size, a short batch filled up with copies of its last image (their results
+        dropped). On a GPU each new input shape costs a trace and convolution plans, many times
+        a forward, so a folder then costs one per letterbox shape, not one per shape and count."""
         same_shape: dict[tuple[int, ...], list[int]] = {}
         for i, item in enumerate(items):
             same_shape.setdefault(item.pixels.shape, []).append(i)
         dtype = self.net.model[0].conv.weight.dtype
         results: list[Detections] = [None] * len(items)  # type: ignore[list-item]
         for shape, members in same_shape.items():
-            batch = np.stack([items[i].pixels for i in members]) if len(members) > 1 else items[members[0]].pixels[None]
+            rows = [items[i].pixels for i in members]
+            rows += rows[-1:] * max(0, (batch_size or 0) - len(rows))
+            batch = np.stack(rows) if len(rows) > 1 else rows[0][None]
             # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
-            pred = self.net(mx.array(batch).astype(dtype) / 255)
+            pred = self.net(mx.array(batch).astype(dtype) / 255)[:len(members)]
             found = postprocess_batch(pred, conf=conf, iou=iou, max_det=max_det, agnostic=agnostic, classes=classes)
             for i, det in zip(members, found):
                 boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw)

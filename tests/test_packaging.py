@@ -164,19 +164,29 @@ def test_tune_gpu_asks_mlx_for_direct_launches_unless_the_user_chose(user, expec
     assert ("CUDA graphs" if graphs else "direct launches") in out[1]
 
 
-@pytest.mark.parametrize("user", [None, "64"])
-def test_tune_gpu_sizes_the_conv_plan_cache_unless_the_user_chose(user):
-    """A folder of photos of many letterbox shapes needs more than MLX's 128 cuDNN plans, and
-    no lifetime limit on building them (which ends the process); a user's value wins."""
-    names = ("MLX_CUDA_CONV_CACHE_SIZE", "MLX_ENABLE_CACHE_THRASHING_CHECK")
-    env = {k: v for k, v in os.environ.items() if k not in names}
-    if user is not None:
-        env["MLX_CUDA_CONV_CACHE_SIZE"] = user
-    code = ("import os, mlxnet; b = [os.environ.get(n) for n in %r]; mlxnet.tune_gpu(); "
-            "print(b, [os.environ.get(n) for n in %r])" % (names, names))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
-    assert out.split("] [")[0] == f"[{user!r}, None"
-    assert out.split("] [")[1].strip() == f"{(user or '2048')!r}, '0']"
+def test_the_command_restarts_once_with_the_load_time_settings_on_cuda_only(monkeypatch):
+    """MLX sizes its convolution-plan cache when its library loads: the command starts itself
+    again with MLX_CUDA_CONV_CACHE_SIZE where MLX has CUDA and the user did not set it."""
+    from mlxnet import _cuda_graphs
+
+    monkeypatch.delenv("MLX_CUDA_CONV_CACHE_SIZE", raising=False)
+    assert _cuda_graphs.missing_load_time_settings(cuda=False) == {}
+    assert _cuda_graphs.missing_load_time_settings(cuda=True) == {"MLX_CUDA_CONV_CACHE_SIZE": "16384"}
+    monkeypatch.setenv("MLX_CUDA_CONV_CACHE_SIZE", "64")
+    assert _cuda_graphs.missing_load_time_settings(cuda=True) == {}
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_command_runs_with_a_larger_convolution_plan_cache():
+    import mlx.core as mx
+
+    if not mx.cuda.is_available():
+        pytest.skip("a CUDA build's setting")
+    env = {k: v for k, v in os.environ.items() if k != "MLX_CUDA_CONV_CACHE_SIZE"}
+    env["COLUMNS"] = "300"  # one table row, one line
+    out = subprocess.run([sys.executable, "-m", "mlxnet", "info"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0 and "convolution plans kept: 16384" in out.stdout, out.stdout[-800:]
 
 
 def test_the_command_tunes_its_own_process_for_the_gpu():

@@ -268,3 +268,19 @@ def test_gpu_half_precision_head(gpu, dtype):
     out = net(small_input().astype(dtype))
     check_head(out, golden()["n.head"], dtype, scale=8)
     assert float(out[..., 4:].astype(mx.float32).std()) > 0.1
+
+
+def test_a_short_batch_padded_to_the_batch_size_gets_the_same_detections():
+    """predict_prepared(batch_size=N) fills a short batch with copies (a GPU then traces one
+    shape per letterbox shape); the images' own detections are those of the unpadded batch."""
+    det = yolo.YOLO(seeded_fused_n())
+    images = [load_image(FIXTURES / "bus.jpg"), load_image(FIXTURES / "zidane.jpg"),
+              load_image(FIXTURES / "bus.jpg")[100:700]]
+    items = [det.prepare(image, 320) for image in images]
+    plain = det.predict_prepared(items, conf=0.05)
+    padded = det.predict_prepared(items, conf=0.05, batch_size=4)
+    assert sum(len(d) for d in plain) > 3
+    for a, b in zip(plain, padded):
+        np.testing.assert_array_equal(a.classes, b.classes)
+        np.testing.assert_allclose(a.boxes, b.boxes, atol=1e-3)
+        np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)

@@ -48,6 +48,7 @@ def detect(
     """Detect objects in each image and write a labelled copy to OUTPUT."""
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
+    import mlxnet
     from mlxnet import families
     from mlxnet.commands import detect_outputs as extras
     from mlxnet.image import load_image, save_image
@@ -67,6 +68,8 @@ def detect(
     more = extras.ExtraOutputs(jobs, Path(output), one_file, save_txt=save_txt, save_conf=save_conf,
                                save_crop=save_crop)
     wanted: list[list[int] | None] = [None]  # --classes as ids, once the model's names are known
+    # On a GPU a short batch runs padded to the full size: one traced shape per letterbox shape.
+    fixed_batch = batch if batch > 1 and mlxnet.backend() != "cpu" else None
 
     def load():
         detector = load_model(lambda: family.predictor(weights, model, dtype, names=names))
@@ -90,6 +93,7 @@ def detect(
         jobs, batch, what="detect", as_json=as_json, load=load,
         prepare=prepare,
         predict=lambda detector, items: detector.predict_prepared([boxed for _, boxed in items], conf=conf, iou=iou,
-                                                                  max_det=max_det, classes=wanted[0]),
+                                                                  max_det=max_det, classes=wanted[0],
+                                                                  batch_size=fixed_batch),
         finish=finish,
         group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward

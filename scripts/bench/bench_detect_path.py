@@ -19,8 +19,11 @@ letterbox, forward, NMS, drawing, encoding, writing every annotated copy):
   (mlxnet's ``--json`` line, the script's line per ultralytics result) and, for mlxnet, where the
   time went (``MLXNET_TIMINGS=1``: read / model / write, summed over threads).
 
-The first run of each tool starts with empty caches (a fresh ``XDG_CACHE_HOME`` and ``TMPDIR``:
-MLX's and mlxnet's compiled kernels, ultralytics' settings), the later ones warm.
+Each tool runs with caches of its own: empty for its first run ("cold": a fresh ``TMPDIR``,
+where MLX keeps the kernels it compiles for each new shape, and a fresh ultralytics settings
+folder), kept for the later runs ("warm"). mlxnet's
+CPU helpers (``~/.cache/mlxnet/native``) are built once per installation, by the first command
+after it, and are kept: that one-time build is not part of "cold" here.
 """
 from __future__ import annotations
 
@@ -82,8 +85,8 @@ def make_photos(folder: Path, count: int, seed: int = 0) -> list[Path]:
     return paths
 
 
-def has_ultralytics() -> bool:
-    return subprocess.run([sys.executable, "-c", "import ultralytics, torchvision"], capture_output=True).returncode == 0
+def has_ultralytics(python: str) -> bool:
+    return subprocess.run([python, "-c", "import ultralytics, torchvision"], capture_output=True).returncode == 0
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> dict:
@@ -115,6 +118,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--keep", type=Path, default=None, help="Work folder to keep (default: a temporary one).")
+    ap.add_argument("--ultralytics-python", default=sys.executable,
+                    help="The Python that runs ultralytics (default: this one), e.g. a virtual environment's "
+                         "where torchvision matches its torch.")
     args = ap.parse_args()
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="mlxnet-detect-path-"))
@@ -125,12 +131,13 @@ def main() -> None:
     import mlx.core as mx
 
     on_gpu = args.device == "gpu" or (args.device is None and mx.default_device() == mx.gpu)
-    ultralytics = has_ultralytics()
+    upy = args.ultralytics_python
+    ultralytics = has_ultralytics(upy)
     weights = ["--weights", "random", "--model", args.model]
     if ultralytics:
         pt = work / f"{args.model}-seeded.pt"
         if not pt.exists():
-            subprocess.run([sys.executable, "-c", ULTRALYTICS_WEIGHTS, args.model, str(pt)], check=True,
+            subprocess.run([upy, "-c", ULTRALYTICS_WEIGHTS, args.model, str(pt)], check=True,
                            capture_output=True)
         weights = ["--weights", str(pt)]
     device = ["--device", "gpu" if on_gpu else "cpu"]
@@ -141,7 +148,7 @@ def main() -> None:
     runs["mlxnet-batch1"] = runs["mlxnet"] + ["--batch", "1"]
     if ultralytics:
         udev = "0" if on_gpu else "cpu"
-        base = [sys.executable, "-c", ULTRALYTICS_RUN, str(photos), str(pt), str(work / "out-ultralytics"), udev]
+        base = [upy, "-c", ULTRALYTICS_RUN, str(photos), str(pt), str(work / "out-ultralytics"), udev]
         runs["ultralytics"] = base + ["1", "0"]
         if on_gpu:
             runs["ultralytics-b8-half"] = base + ["8", "1"]
@@ -152,12 +159,11 @@ def main() -> None:
     cold = Path(tempfile.mkdtemp(prefix="mlxnet-cold-"))
     for round_ in range(args.runs):
         for name, cmd in runs.items():
-            env = dict(os.environ, MLXNET_TIMINGS="1", YOLO_OFFLINE="1")
-            if round_ == 0:  # the first run of each: empty caches
-                fresh = cold / name
-                (fresh / "tmp").mkdir(parents=True, exist_ok=True)
-                env.update(XDG_CACHE_HOME=str(fresh / "cache"), TMPDIR=str(fresh / "tmp"),
-                           YOLO_CONFIG_DIR=str(fresh / "ultralytics"))
+            # Each tool's own caches, empty for its first run and kept for the later ones.
+            own = cold / name
+            (own / "tmp").mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ, MLXNET_TIMINGS="1", YOLO_OFFLINE="1", TMPDIR=str(own / "tmp"),
+                       YOLO_CONFIG_DIR=str(own / "ultralytics"))
             r = timed(cmd, env)
             r["cache"] = "cold" if round_ == 0 else "warm"
             r["images_per_s"] = round(args.photos / r["wall_s"], 2)
