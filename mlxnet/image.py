@@ -55,6 +55,14 @@ class _ChunkedReader(io.BufferedReader):
         return b"".join(parts)
 
 
+# The most pixels one byte of a file can stand for, where a format's coding bounds it: PNG's
+# deflate inflates at most 1032:1, of pixels that take at least 1 bit (8256); Huffman-coded JPEG
+# spends at least a bit on each 8x8 block (512; arithmetic coding less: the same loose figure
+# covers it); GIF's LZW codes of 9 bits or more stand for at most 4096 pixels each (3641), and a
+# screen larger than the frames in it is no data. A header claiming more is refused unread.
+_PIXELS_PER_BYTE = {"PNG": 8256, "JPEG": 8256, "MPO": 8256, "GIF": 8256}
+
+
 def pixel_budget(max_pixels: int | None = None) -> int:
     """The most pixels (width x height) an image file may decode to: ``max_pixels`` where a
     call gives it, else ``MLXNET_MAX_PIXELS``, else 50,000,000 (a 48 MP photo fits). It may not
@@ -77,8 +85,9 @@ def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
     """The decoded first frame of an image file, upright (EXIF orientation applied: Pillow
     leaves it to the caller), with every failure a one-line MlxnetError naming the file.
 
-    Its size is read from the header and checked against the pixel budget
-    (:func:`pixel_budget`) before any pixel is decoded: decoding holds about 4 bytes a pixel,
+    Its size is read from the header and checked, before any pixel is decoded, against what
+    the file's bytes can hold (PNG, JPEG, GIF: ``_PIXELS_PER_BYTE``) and the pixel budget
+    (:func:`pixel_budget`): decoding holds about 4 bytes a pixel,
     and a whole load 10 to 11 at its peak. Pillow's decompression-bomb guard is kept at its
     global limit (``Image.MAX_IMAGE_PIXELS``, not changed here); both its warning (over the
     limit) and its error (over twice the limit) refuse the file. Reads grow with the bytes
@@ -93,6 +102,10 @@ def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with _ChunkedReader(io.FileIO(p, "rb")) as f, Image.open(f) as im:
                 width, height = im.size
+                size, per_byte = os.fstat(f.fileno()).st_size, _PIXELS_PER_BYTE.get(im.format)
+                if per_byte is not None and width * height > per_byte * size:
+                    raise MlxnetError(f"{p}: a {size:,}-byte {im.format} file cannot hold {width}x{height} pixels "
+                                      f"(at most {per_byte:,} a byte); its header is corrupt; not decoded")
                 if width * height > budget:
                     raise MlxnetError(f"{p}: image has {width * height:,} pixels ({width}x{height}), over the "
                                       f"{budget:,}-pixel budget (max_pixels, MLXNET_MAX_PIXELS); not decoded")

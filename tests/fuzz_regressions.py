@@ -114,10 +114,10 @@ def crafted() -> dict[str, tuple[bytes, dict]]:
             "outcome": "loaded", "max_growth_mb": 8}),
         "jpeg-claims-9500x9000.jpg": (_set_size("rgb.jpg", seed["rgb.jpg"], 9500, 9000), {
             "loaders": ["load_image"], "was": "MemoryError: a 1.2 GB decode of a tiny JPEG",
-            "says": "-pixel budget", "max_growth_mb": 8}),
+            "says": "-byte JPEG file cannot hold 9500x9000 pixels", "max_growth_mb": 8}),
         "gif-screen-9500x4096.gif": (_gif_screen(seed["palette.gif"], 9500, 4096), {
             "loaders": ["load_image", "load_mask"], "was": "363 MB decoded from 3.9 KB",
-            "says": "-pixel budget", "max_growth_mb": 8}),
+            "says": "-byte GIF file cannot hold 9500x4096 pixels", "max_growth_mb": 8}),
         "png-claims-65535x65535.png": (_set_size("rgb.png", seed["rgb.png"], 65535, 65535), {
             "loaders": ["load_image"], "was": "(a control: refused by Pillow's own limit before too)",
             "says": "decompression bombs"}),

@@ -68,6 +68,27 @@ def test_pixel_budget_on_the_command_line(picture, tmp_path):
                                                       "positive number, got '-1'"), r.stderr
 
 
+@pytest.mark.parametrize("name", ["jpeg-claims-9500x9000.jpg", "gif-screen-9500x4096.gif"])
+def test_a_header_claiming_more_than_the_file_can_hold_is_refused_within_the_budget(name):
+    """Under the default budget (50,000,000 pixels) too: these files are a few hundred bytes."""
+    path = ROOT / "tests" / "fixtures" / "fuzz" / "regressions" / name
+    with pytest.raises(MlxnetError) as err:
+        image.load_image(path)
+    size = path.stat().st_size
+    assert str(err.value).startswith(f"{path}: a {size:,}-byte ") and "file cannot hold" in str(err.value)
+    assert "(at most 8,256 a byte); its header is corrupt; not decoded" in str(err.value)
+
+
+def test_the_densest_honest_files_still_load(tmp_path):
+    """Near the bounds of what a byte can hold: 1-bit blank PNG (deflate's 1032:1 of 8 pixels a
+    byte), a uniform progressive JPEG, a blank GIF."""
+    for name, im, options in [("blank.png", Image.new("1", (4000, 3000)), {"optimize": True}),
+                              ("flat.jpg", Image.new("L", (3000, 2000), 5), {"progressive": True, "optimize": True}),
+                              ("blank.gif", Image.new("P", (3000, 2000)), {})]:
+        im.save(tmp_path / name, **options)
+        assert image.load_image(tmp_path / name).shape == (im.height, im.width, 3)
+
+
 def test_reading_boundary_makes_one_line_naming_the_file():
     with pytest.raises(MlxnetError) as err:
         with reading("w.pt", "checkpoint"):
