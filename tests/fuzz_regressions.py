@@ -115,6 +115,9 @@ def crafted() -> dict[str, tuple[bytes, dict]]:
         "jpeg-claims-9500x9000.jpg": (_set_size("rgb.jpg", seed["rgb.jpg"], 9500, 9000), {
             "loaders": ["load_image"], "was": "MemoryError: a 1.2 GB decode of a tiny JPEG",
             "says": "-byte JPEG file cannot hold 9500x9000 pixels", "max_growth_mb": 8}),
+        "jpeg-claims-3000x9500.jpg": (_set_size("rgb.jpg", seed["rgb.jpg"], 3000, 9500), {
+            "loaders": ["load_image", "load_mask"], "was": "found by this fuzzer under the default budget: "
+            "271 MB decoded from 919 bytes", "says": "-byte JPEG file cannot hold 3000x9500 pixels", "max_growth_mb": 8}),
         "gif-screen-9500x4096.gif": (_gif_screen(seed["palette.gif"], 9500, 4096), {
             "loaders": ["load_image", "load_mask"], "was": "363 MB decoded from 3.9 KB",
             "says": "-byte GIF file cannot hold 9500x4096 pixels", "max_growth_mb": 8}),
