@@ -41,6 +41,9 @@ def main(
         show_default=False),
 ) -> None:
     _options["debug"] = debug
+    from .commands import grammar
+
+    grammar.set_debug(debug)
     _one_line_notes(ctx)
     # Every MLXNET_* value is checked before any work, so a typo is one line naming the
     # variable and what it accepts; --device replaces MLXNET_DEVICE (and a problem with it).

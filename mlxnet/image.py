@@ -81,6 +81,17 @@ def pixel_budget(max_pixels: int | None = None) -> int:
     return int(value)
 
 
+def _not_a_file(path: PathLike) -> str:
+    """Why ``path`` cannot be read as an image, said as what the user typed: a folder, or a name
+    meant as one (a trailing slash, no image extension), is not "no such image file"."""
+    name = os.fspath(path)
+    if os.path.isdir(name):
+        return f"{name} is a folder, not an image file"
+    if name.endswith(("/", os.sep)) or not is_image_name(os.path.basename(name)):
+        return f"{name}: no such file or folder"
+    return f"{name}: no such image file"
+
+
 def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
     """The decoded first frame of an image file, upright (EXIF orientation applied: Pillow
     leaves it to the caller), with every failure a one-line MlxnetError naming the file.
@@ -96,7 +107,7 @@ def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
     p = Path(path)
     budget = pixel_budget(max_pixels)
     if not p.is_file():
-        raise MlxnetError(f"{p}: no such image file")
+        raise MlxnetError(_not_a_file(path))
     try:
         with warnings.catch_warnings():  # only this block sees the warning as an error
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -251,10 +251,14 @@ def test_bad_inputs_fail_their_image_in_one_line(tmp_path):
 def test_erase_on_the_gpu(tmp_path, gpu, bus, erase_cli):
     """The command on the GPU: the same invariants (the masks may differ from the CPU's by
     TF32 rounding, so they are checked against themselves)."""
-    record = erase_cli(str(BUS), "--point", "420,310", "--class", "person", "-o", str(tmp_path / "out.png"),
-                       "--save-mask", "--device", "gpu")
+    drawn = np.zeros(bus.shape[:2], np.uint8)
+    drawn[600:760, 300:420] = 255  # a region of its own, whatever the random models find
+    save_image(drawn, tmp_path / "region.png")
+    record = erase_cli(str(BUS), "--point", "420,310", "--class", "person", "--mask", str(tmp_path / "region.png"),
+                       "-o", str(tmp_path / "out.png"), "--save-mask", "--device", "gpu")
     assert record["backend"] == gpu
     mask = load_mask(record["mask"]) > 0
+    assert mask[600:760, 300:420].all()
     written = load_image(tmp_path / "out.png")
     np.testing.assert_array_equal(written[~mask], bus[~mask])
     assert np.abs(written[mask].astype(int) - bus[mask]).sum() > 0

@@ -105,6 +105,20 @@ def test_a_missing_folder_is_not_called_an_image_file(tmp_path):
     assert out.stderr == "error: missing.jpg: no such image file\n", out.stderr
 
 
+def test_image_arguments_other_than_sources_say_what_they_are_too(tmp_path):
+    """A mask or --image argument meant as a folder is not "no such image file" either."""
+    from mlxnet.image import save_image
+
+    save_image(np.zeros((8, 8, 3), np.uint8), tmp_path / "a.png")
+    (tmp_path / "photos").mkdir()
+    out = run("inpaint", "a.png", "masks/", "-o", "out.png", "-w", "random", cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr.strip().endswith("masks/: no such file or folder"), out.stderr
+    out = run("check", "resnet18", "--image", "photos", "-w", "random", cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr == "error: photos is a folder, not an image file\n", out.stderr
+    out = run("check", "resnet18", "--image", "nope.jpg", "-w", "random", cwd=tmp_path)
+    assert out.stderr == "error: nope.jpg: no such image file\n", out.stderr
+
+
 def test_a_folder_given_as_weights_says_so(tmp_path):
     out = run("classify", str(FIXTURES / "yolo" / "bus.jpg"), "-w", str(tmp_path))
     assert out.returncode == 1 and out.stderr == f"error: {tmp_path} is a directory, not a weights file\n"
@@ -177,3 +191,24 @@ def test_drawing_never_fails_on_a_degenerate_box():
     assert (untouched == image).all()  # nothing to draw: the image as it was
     for h, w in ((1, 1), (1, 5), (5, 1)):
         assert draw_boxes(np.zeros((h, w, 3), np.uint8), np.array([[0, 0, w - 1, h - 1]]), ["x"]).shape == (h, w, 3)
+
+
+def test_train_names_none_among_the_weights_it_takes(tmp_path):
+    from mlxnet.image import save_image
+
+    for cls in ("a", "b"):
+        for i in range(2):
+            save_image(np.zeros((8, 8, 3), np.uint8), tmp_path / "data" / cls / f"{i}.png")
+    out = run("train", "classify", "data", "-o", "run", "--weights", "bogus", "--epochs", "1", "--batch", "1",
+              "--val-split", "0", cwd=tmp_path)
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+    assert "'bogus' is neither a weights file nor a model id" in out.stderr and "'none'" in out.stderr
+
+
+def test_debug_shows_where_an_images_error_came_from(tmp_path):
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    out = run("detect", "bad.png", "-o", "out", "-w", "random", cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr.startswith("error: bad.png: ") and "Traceback" not in out.stderr
+    out = run("--debug", "detect", "bad.png", "-o", "out", "-w", "random", cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr.startswith("error: bad.png: ")
+    assert "Traceback (most recent call last)" in out.stderr and "image.py" in out.stderr

@@ -93,3 +93,16 @@ def check_dtype(name: str) -> str:
     if name not in DTYPE_NAMES:
         raise MlxnetError(f"--dtype: expected float32, float16 or bfloat16, got {name!r}")
     return name
+
+
+# --debug (an option of the command line, before the command): per-image errors show their
+# traceback too. Set once by the command line's callback, read where an image's error is reported.
+_DEBUG = {"on": False}
+
+
+def set_debug(on: bool) -> None:
+    _DEBUG["on"] = on
+
+
+def debugging() -> bool:
+    return _DEBUG["on"]

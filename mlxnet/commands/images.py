@@ -34,10 +34,12 @@ import glob
 import json
 import os
 import re
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from mlxnet.commands import grammar
 from mlxnet.errors import MlxnetError
 from mlxnet.image import is_image_name as _is_image_name
 from mlxnet.progress import ProgressBar
@@ -286,6 +288,8 @@ def report_failure(display: ProgressBar, job: Job, error: BaseException, as_json
     """``error: FILE: REASON`` on stderr; with ``--json`` also the JSON Lines record."""
     reason = _reason(job, error)
     display.err(f"error: {job.name}: {reason}")
+    if grammar.debugging():  # --debug: where it came from, as the command's own errors show it
+        display.err("".join(traceback.format_exception(error)).rstrip())
     if as_json:
         display.out(json_line({"image": job.name, "error": reason}))
 

@@ -101,11 +101,15 @@ def _network(cfg: TrainConfig, classes: tuple[str, ...]) -> nn.Module:
     """The ResNet to fine-tune: pretrained (its head replaced unless it already has these
     classes) or random; every rank builds the same one (seeded)."""
     from ..models import resnet
+    from ..weights.hub import UnknownSource
 
     mx.random.seed(cfg.seed)
     if cfg.weights is not None and cfg.weights.lower() == "none" or cfg.resume:
         return resnet.resnet(cfg.model, num_classes=len(classes))  # resume: the checkpoint fills it
-    net, names = resnet.load(cfg.weights or cfg.model, model=cfg.model)
+    try:
+        net, names = resnet.load(cfg.weights or cfg.model, model=cfg.model)
+    except UnknownSource as e:  # training takes one source more than the other commands
+        raise MlxnetError(f"{e}, or 'none' (an untrained network)") from None
     if names is None or tuple(names) != classes:
         net.fc = nn.Linear(net.fc.weight.shape[1], len(classes))
     return net

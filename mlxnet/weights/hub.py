@@ -56,12 +56,16 @@ def accepted_sources(ids: Sequence[str]) -> str:
             "downloaded once from the Hub) or 'random' (seeded random weights, nothing to download)")
 
 
+class UnknownSource(MlxnetError):
+    """A weights source that is neither a file nor a model id (its message lists what is)."""
+
+
 def check_model_id(name: str, ids: Sequence[str] | None = None) -> None:
     """One line unless ``name`` is a registered model id, and one of ``ids`` if given (the ids
     the caller's model takes): it names what ``name`` is and what is accepted instead."""
     known = list_specs()
     if name not in known:
-        raise MlxnetError(f"{name!r} is neither a weights file nor a model id; {accepted_sources(ids or known)}")
+        raise UnknownSource(f"{name!r} is neither a weights file nor a model id; {accepted_sources(ids or known)}")
     if ids is not None and name not in ids:
         raise MlxnetError(f"{name!r} names the weights of another model; {accepted_sources(ids)}")
 
