@@ -29,7 +29,7 @@ REGRESSIONS = Path(__file__).resolve().parent / "fixtures" / "fuzz" / "regressio
 FUZZ_MAX_PIXELS = 4_000_000
 BOUND_MB = 100  # peak RSS growth allowed for any one load (the inputs are kilobytes)
 DEFAULT_CASES = 500  # ~2 s here: every load is of a file of a few KB
-SLOW_CASES = int(os.environ.get("MLXNET_FUZZ_CASES", "20000"))  # ~70 s
+SLOW_CASES = int(os.environ.get("MLXNET_FUZZ_CASES", "20000"))  # ~100 s
 
 
 @pytest.fixture(scope="module")
