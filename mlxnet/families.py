@@ -62,6 +62,12 @@ class ModelFamily:
         """The module a layer-by-layer check runs (the model itself unless it needs prompts)."""
         return model
 
+    def prepare(self, image: np.ndarray, **options: Any) -> Any:
+        """The host half of the predictor's preprocessing for one uint8 HWC RGB image, before
+        the weights are loaded and on any thread (NumPy and OpenCV only): what the predictor's
+        ``predict_prepared`` takes. By default the image itself."""
+        return image
+
 
 _FAMILIES: dict[str, ModelFamily] = {}
 

@@ -276,6 +276,9 @@ class ResNetFamily(families.ModelFamily):
         net, own = load(weights or variant or "resnet50", model=variant, dtype=dtype)
         return Classifier(net, names if names is not None else own)
 
+    def prepare(self, image: np.ndarray) -> np.ndarray:  # type: ignore[override]
+        return Classifier.prepare(image)
+
 
 @dataclass
 class Classification:

@@ -498,6 +498,9 @@ class YOLOFamily(families.ModelFamily):
     def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
         return [mx.array(letterbox(image, size)[None]) / 255]
 
+    def prepare(self, image: np.ndarray, imgsz: int = 640) -> Letterboxed:  # type: ignore[override]
+        return YOLO.prepare(image, imgsz)
+
     task = "detect"
 
     def predictor(self, weights: str | None, variant: str | None, dtype: str | None = None,

@@ -29,7 +29,6 @@ def classify(
     grammar.check_dtype(dtype)
     from mlxnet import families
     from mlxnet.image import load_image
-    from mlxnet.models.resnet import Classifier
     from mlxnet.weights import read_labels
 
     family = families.for_task(model or "resnet50", "classify")
@@ -38,6 +37,6 @@ def classify(
     run_jobs(
         jobs, batch, what="classify", as_json=as_json,
         load=lambda: load_model(lambda: family.predictor(weights, model, dtype, names=names)),
-        prepare=lambda job: Classifier.prepare(load_image(job.source.path)),
+        prepare=lambda job: family.prepare(load_image(job.source.path)),  # resized and cropped on a reader thread
         predict=lambda classifier, items: classifier.predict_prepared(items, top),
         finish=lambda job, _pixels, result: (result.to_dict(), f"{job.name}\n{result.summary()}"))

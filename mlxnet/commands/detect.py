@@ -4,7 +4,7 @@ request ultralytics' extras: only some classes, YOLO label files, crops
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import typer
@@ -52,7 +52,6 @@ def detect(
     from mlxnet import families
     from mlxnet.commands import detect_outputs as extras
     from mlxnet.image import load_image, save_image
-    from mlxnet.models.yolo import YOLO, Letterboxed
     from mlxnet.weights import read_labels
 
     family = families.for_task(model or "yolov8n", "detect")
@@ -77,11 +76,11 @@ def detect(
             wanted[0] = extras.resolve_classes(classes, detector.names)
         return detector
 
-    def prepare(job: Job) -> tuple[np.ndarray, Letterboxed]:
+    def prepare(job: Job) -> tuple[np.ndarray, Any]:
         image = load_image(job.source.path)
-        return image, YOLO.prepare(image, imgsz)
+        return image, family.prepare(image, imgsz=imgsz)  # the letterboxed pixels, on a reader thread
 
-    def finish(job: Job, item: tuple[np.ndarray, Letterboxed], det) -> tuple[dict, str]:
+    def finish(job: Job, item: tuple[np.ndarray, Any], det) -> tuple[dict, str]:
         image, target = item[0], job.outputs[0]
         save_image(det.render(image), target)
         written = more.write(job, image, det)
