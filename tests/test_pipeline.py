@@ -101,6 +101,21 @@ def test_batches_hold_one_shape_and_reports_keep_input_order(tmp_path, capsys, b
     assert [int(line.split('"i": ')[1].rstrip("}")) for line in lines] == list(range(len(jobs)))
 
 
+def test_the_first_image_does_not_wait_for_a_full_batch(tmp_path, capsys):
+    """The first result comes after one image's forward, whatever the batch size; then batches
+    are full again."""
+    jobs = make_jobs(tmp_path, 9)
+    batches: list[list[int]] = []
+
+    def predict(model, items: list[int]) -> list[int]:
+        batches.append(list(items))
+        return items
+
+    run_jobs(jobs, 4, what="t", as_json=False, load=lambda: "m", prepare=index, predict=predict,
+             finish=lambda job, item, result: ({}, str(item)))
+    assert batches == [[0], [1, 2, 3, 4], [5, 6, 7, 8]]
+
+
 def test_memory_holds_the_window(tmp_path, capsys):
     """Never more than the window's images read and not yet written, however fast the reading."""
     jobs = make_jobs(tmp_path, 40)

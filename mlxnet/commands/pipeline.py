@@ -205,18 +205,21 @@ class _Writer(Generic[Prepared, Result]):
 def _run_all(jobs: Sequence[Job], batch: int, model: Callable[[], Model],
              prepare: Callable[[Job], Prepared], predict: Callable[[Model, list[Prepared]], Sequence[Result]],
              group: Callable[[Prepared], Hashable] | None, writer: _Writer) -> None:
-    """Read ahead on the pool, run each full group (or the longest-waiting one when the window
-    is full, and every group at the end), and hand each image to the writer."""
+    """Read ahead on the pool, run the first image at once, then each full group (or the
+    longest-waiting one when the window is full, and every group at the end), and hand each
+    image to the writer."""
     window = window_for(batch)
     reading: list[tuple[int, Job, Future]] = []  # in input order
     groups: dict[Hashable, list[tuple[int, Job, Prepared]]] = {}  # oldest first
     held = 0  # prepared images waiting in groups
     upcoming = iter(enumerate(jobs))
     exhausted = False
+    started = False
 
     def run(members: list[tuple[int, Job, Prepared]]) -> None:
-        nonlocal held
+        nonlocal held, started
         held -= len(members)
+        started = True
         runner = model()  # loading the weights is not the model stage's time
         since = time.perf_counter()
         results = _predict_batch(runner, [item for _, _, item in members], predict)
@@ -243,7 +246,9 @@ def _run_all(jobs: Sequence[Job], batch: int, model: Callable[[], Model],
                     members = groups.setdefault(key, [])
                     members.append((index, job, item))
                     held += 1
-                    if len(members) >= batch:
+                    # The first image goes at once: the first result (and the model's start-up,
+                    # which the first forward pays) does not wait for the first full batch.
+                    if len(members) >= batch or not started:
                         run(groups.pop(key))
                     elif held >= window:  # no room to read on: the longest-waiting group goes
                         run(groups.pop(next(iter(groups))))
