@@ -35,23 +35,12 @@ def model_weights(flag: str, default: str, what: str) -> typer.Option:
                         help=f"{what} weights: a hub id, a local file, or 'random' (seeded, to try it offline).")
 
 
-def numbers(text: str, n: int, option: str, what: str) -> list[float]:
-    """``n`` comma-separated finite numbers, or a one-line error naming the option."""
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != n or not all(np.isfinite(values)):
-        raise MlxnetError(f"{option}: expected {what} ({n} comma-separated numbers), got {text!r}")
-    return values
-
-
 def parse_region(point: List[str], neg_point: List[str], box: List[str]
                  ) -> tuple[np.ndarray | None, np.ndarray | None, list[list[float]]]:
     """(points (N, 2), labels (N,), boxes): checked once, before any image."""
-    pos = [numbers(p, 2, "--point", "X,Y") for p in point]
-    neg = [numbers(p, 2, "--neg-point", "X,Y") for p in neg_point]
-    boxes = [numbers(b, 4, "--box", "X0,Y0,X1,Y1") for b in box]
+    pos = [grammar.numbers(p, 2, "--point", "X,Y") for p in point]
+    neg = [grammar.numbers(p, 2, "--neg-point", "X,Y") for p in neg_point]
+    boxes = [grammar.numbers(b, 4, "--box", "X0,Y0,X1,Y1") for b in box]
     for b, text in zip(boxes, box):
         if not (b[0] < b[2] and b[1] < b[3]):
             raise MlxnetError(f"--box: need X0 < X1 and Y0 < Y1, got {text}")

@@ -95,6 +95,22 @@ def check_dtype(name: str) -> str:
     return name
 
 
+def numbers(text: str, n: int, option: str, what: str) -> list[float]:
+    """A prompt option's value (``--point X,Y``, ``--box X1,Y1,X2,Y2``): ``n`` comma-separated
+    finite numbers, or a one-line error naming the option and what it expects."""
+    import math
+
+    from mlxnet.errors import MlxnetError
+
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != n or not all(math.isfinite(v) for v in values):
+        raise MlxnetError(f"{option}: expected {what} ({n} comma-separated numbers), got {text!r}")
+    return values
+
+
 # --debug (an option of the command line, before the command): per-image errors show their
 # traceback too. Set once by the command line's callback, read where an image's error is reported.
 _DEBUG = {"on": False}

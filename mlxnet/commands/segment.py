@@ -32,28 +32,18 @@ from mlxnet.progress import progress_bar
 PROGRESS_LINE_EVERY_S = 10.0  # without a terminal: often enough to show it runs, not a line a batch
 
 
-def _numbers(text: str, n: int, option: str, what: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != n or not all(np.isfinite(values)):
-        raise MlxnetError(f"{option}: expected {what} ({n} comma-separated numbers), got {text!r}")
-    return values
-
-
 def parse_prompts(points: Sequence[str], labels: Sequence[int], box: str | None
                   ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """--point X,Y (repeatable), --label 1|0 (one per point, default 1), --box X1,Y1,X2,Y2: their
     syntax, checked once before any image (:func:`check_points_inside` checks each image)."""
-    coords = np.array([_numbers(p, 2, "--point", "X,Y") for p in points], dtype=np.float64).reshape(-1, 2)
+    coords = np.array([grammar.numbers(p, 2, "--point", "X,Y") for p in points], dtype=np.float64).reshape(-1, 2)
     if labels and len(labels) != len(coords):
         raise MlxnetError(f"--label: got {len(labels)} label(s) for {len(coords)} point(s); give one per point")
     if any(v not in (0, 1) for v in labels):
         raise MlxnetError(f"--label: 1 marks foreground, 0 background; got {list(labels)}")
     box_arr = None
     if box is not None:
-        box_arr = np.array(_numbers(box, 4, "--box", "X1,Y1,X2,Y2"))
+        box_arr = np.array(grammar.numbers(box, 4, "--box", "X1,Y1,X2,Y2"))
         if not (box_arr[0] < box_arr[2] and box_arr[1] < box_arr[3]):
             raise MlxnetError(f"--box: need X1 < X2 and Y1 < Y2, got {box}")
     if not len(coords):
