@@ -138,6 +138,11 @@ class SamPredictor:
                         dtype: str | mx.Dtype | None = None) -> "SamPredictor":
         return cls(from_pretrained(weights, dtype=dtype))
 
+    def fresh(self) -> "SamPredictor":
+        """Another predictor on the same model, with no image: one per image lets several images
+        keep their embeddings (the app's cache) while sharing one copy of the weights."""
+        return type(self)(self.model)
+
     def reset_image(self) -> None:
         self.features: mx.array | None = None
         self._grid_pe: mx.array | None = None
@@ -196,34 +201,60 @@ class SamPredictor:
         (bool, or float logits with ``return_logits``), scores (C,), low-res logits (C, 256, 256);
         C is 3 with ``multimask_output`` else 1.
         """
-        self._require_image("predict")
+        coords, labels, boxes, masks = self._prompts("predict", point_coords, point_labels, box, mask_input)
+        out_masks, scores, low_res = self.predict_batch(coords, labels, boxes, masks, multimask_output,
+                                                        return_logits)
+        return np.array(out_masks[0]), np.array(scores[0].astype(mx.float32)), np.array(low_res[0].astype(mx.float32))
+
+    def _prompts(self, what: str, point_coords: np.ndarray | None, point_labels: np.ndarray | None,
+                 box: np.ndarray | None, mask_input: np.ndarray | None = None
+                 ) -> tuple[mx.array | None, mx.array | None, mx.array | None, mx.array | None]:
+        """One prompt in original-image pixels, checked, as :meth:`predict_batch` takes it (the
+        resized frame, a batch of one)."""
+        self._require_image(what)
         coords = labels = boxes = masks = None
         long_side = self.model.img_size
         if point_coords is not None:
             if point_labels is None:
-                raise MlxnetError("predict: point_labels must be given with point_coords")
+                raise MlxnetError(f"{what}: point_labels must be given with point_coords")
             pc, pl = np.asarray(point_coords, dtype=np.float64), np.asarray(point_labels)
             if pc.ndim != 2 or pc.shape[1] != 2 or pl.shape != (pc.shape[0],):
-                raise MlxnetError(f"predict: expected point_coords (N, 2) and point_labels (N,), "
+                raise MlxnetError(f"{what}: expected point_coords (N, 2) and point_labels (N,), "
                                   f"got {pc.shape} and {pl.shape}")
             coords = mx.array(apply_coords(pc, self.original_size, long_side).astype(np.float32))[None]
             labels = mx.array(pl.astype(np.int32))[None]
         elif point_labels is not None:
-            raise MlxnetError("predict: point_labels given without point_coords")
+            raise MlxnetError(f"{what}: point_labels given without point_coords")
         if box is not None:
             b = np.asarray(box, dtype=np.float64)
             if b.size != 4:
-                raise MlxnetError(f"predict: expected a box of 4 numbers (x1, y1, x2, y2), got shape {b.shape}")
+                raise MlxnetError(f"{what}: expected a box of 4 numbers (x1, y1, x2, y2), got shape {b.shape}")
             boxes = mx.array(apply_boxes(b.reshape(4), self.original_size, long_side).astype(np.float32))
         if mask_input is not None:
             m = np.asarray(mask_input, dtype=np.float32)
             want = (1, *self.model.prompt_encoder.mask_input_size)
             if m.shape != want:
-                raise MlxnetError(f"predict: expected mask_input of shape {want} (low-res logits), got {m.shape}")
+                raise MlxnetError(f"{what}: expected mask_input of shape {want} (low-res logits), got {m.shape}")
             masks = mx.array(m)[None]
-        out_masks, scores, low_res = self.predict_batch(coords, labels, boxes, masks, multimask_output,
-                                                        return_logits)
-        return np.array(out_masks[0]), np.array(scores[0].astype(mx.float32)), np.array(low_res[0].astype(mx.float32))
+        return coords, labels, boxes, masks
+
+    def predict_best(self, point_coords: np.ndarray | None = None, point_labels: np.ndarray | None = None,
+                     box: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """The one mask a click asks for: (H, W) bool in original-image pixels, and its predicted IoU.
+
+        As SAM advises, a lone point (ambiguous: part or whole?) asks the decoder for three
+        candidates, more points or a box for one; the candidate with the best predicted IoU is
+        :meth:`predict`'s best. Only that one is upsampled to the image: upsampling all three is
+        most of a click's time on a CPU (``mlxnet app``, ``mlxnet erase``)."""
+        if point_coords is None and box is None:
+            raise MlxnetError("predict_best: give points or a box")
+        coords, labels, boxes, _ = self._prompts("predict_best", point_coords, point_labels, box)
+        multi = box is None and len(point_coords) == 1
+        low_res, scores = self.predict_low_res(coords, labels, boxes, None, multi)
+        scores = scores[0].astype(mx.float32)
+        best = int(mx.argmax(scores).item())
+        mask = self.upscale_masks(low_res[:, best:best + 1]) > self.model.mask_threshold
+        return np.array(mask[0, 0]), float(scores[best].item())
 
     def predict_batch(self, point_coords: mx.array | None, point_labels: mx.array | None,
                       boxes: mx.array | None = None, mask_input: mx.array | None = None,

@@ -59,7 +59,7 @@ class SamFamily(families.ModelFamily):
     task = "segment"
 
     def predictor(self, weights: str | None, variant: str, dtype: str | None = None) -> SamPredictor:
-        return SamPredictor.from_pretrained(weights or variant)
+        return SamPredictor.from_pretrained(weights or variant, dtype=dtype)
 
     def segment(self, predictor: SamPredictor, image: np.ndarray, points: np.ndarray | None,
                 labels: np.ndarray | None, box: np.ndarray | None,
@@ -74,9 +74,14 @@ class SamFamily(families.ModelFamily):
 
     def segment_everything(self, predictor: SamPredictor, image: np.ndarray, **options: Any) -> Segmentation:
         """Every object (SAM's automatic mask generator; ``options`` are its thresholds)."""
-        records = SamAutomaticMaskGenerator(predictor, **options).generate(image)
+        records = self.mask_generator(predictor, **options).generate(image)
         return Segmentation(image.shape[:2], [r["segmentation"] for r in records],
                             [r["predicted_iou"] for r in records], records=records)
+
+    def mask_generator(self, predictor: SamPredictor, **options: Any) -> SamAutomaticMaskGenerator:
+        """Segment-everything on ``predictor``: its ``generate()`` with no image reuses the image
+        already embedded (the app's cached embedding), which :meth:`segment_everything` cannot."""
+        return SamAutomaticMaskGenerator(predictor, **options)
 
 
 families.register(SamFamily())

@@ -127,7 +127,7 @@ def server(models):
 def library_mask(models: Models, image: np.ndarray, points=None, labels=None, box=None) -> tuple[np.ndarray, float]:
     from mlxnet.models.sam import SamPredictor
 
-    predictor = SamPredictor(models.sam())
+    predictor = SamPredictor(models.sam().model)  # the library's own predictor on the app's weights
     predictor.set_image(image)
     multi = box is None and len(points) == 1
     masks, scores, _ = predictor.predict(None if points is None else np.array(points, float),

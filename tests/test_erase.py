@@ -56,9 +56,7 @@ def bus() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def predictor(models, bus):
-    from mlxnet.models.sam import SamPredictor
-
-    p = SamPredictor(models.sam())
+    p = models.sam().fresh()
     p.set_image(bus)
     return p
 
@@ -106,13 +104,26 @@ def test_dilate_is_the_square_maximum(px):
     dict(box=[50.0, 400.0, 250.0, 900.0]),
     dict(points=np.array([[120.0, 700.0]]), labels=np.array([0]), box=[50.0, 400.0, 250.0, 900.0]),
 ])
-def test_best_mask_is_the_predictors_best_candidate(predictor, prompt):
+def test_predict_best_is_the_predictors_best_candidate(predictor, prompt):
     """The click path upsamples only the kept mask; it is the one SamPredictor.predict ranks first."""
-    mask, score = regions.best_mask(predictor, prompt.get("points"), prompt.get("labels"), prompt.get("box"))
+    mask, score = predictor.predict_best(prompt.get("points"), prompt.get("labels"), prompt.get("box"))
     expected = sam_reference(predictor, prompt.get("points"), prompt.get("labels"), prompt.get("box"))
     assert mask.shape == expected.shape == (1080, 810) and mask.dtype == bool
     assert np.mean(mask != expected) < 1e-4  # float32 sums in another order may flip an edge pixel
     assert 0 < mask.sum() < 0.9 * mask.size  # part of the image: the test can tell
+
+
+def test_each_image_gets_a_fresh_predictor_on_the_shared_weights(models, predictor):
+    """The app keeps a predictor per cached image: one more shares the weights, not the image."""
+    from mlxnet import MlxnetError
+
+    other = models.sam().fresh()
+    assert other.model is predictor.model is models.sam().model
+    assert predictor.is_image_set and not other.is_image_set
+    with pytest.raises(MlxnetError, match="no image set"):
+        other.predict_best(np.array([[10.0, 10.0]]), np.array([1]))
+    with pytest.raises(MlxnetError, match="give points or a box"):
+        predictor.predict_best()
 
 
 def test_crop_and_resize_rule():

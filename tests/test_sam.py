@@ -331,7 +331,7 @@ def test_segment_everything_command(predictor32, tmp_path, monkeypatch):
     from mlxnet.cli import app
 
     predictor, _ = predictor32
-    monkeypatch.setattr(sam.SamPredictor, "from_pretrained", classmethod(lambda cls, weights: predictor))
+    monkeypatch.setattr(sam.SamPredictor, "from_pretrained", classmethod(lambda cls, weights, dtype=None: predictor))
     monkeypatch.setattr(predictor, "set_image", lambda image: None)  # keep the embedding of IMAGE
     s, out = META["amg_model"]["settings"], tmp_path / "all.png"
     result = CliRunner().invoke(app, [

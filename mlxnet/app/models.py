@@ -24,10 +24,10 @@ class Weights:
 
 
 class Models:
-    """``sam()`` (the SAM model; predictors are made per image), ``lama()``, ``yolo()`` (a
-    :class:`~mlxnet.models.yolo.YOLO` detector) and ``classifier()`` (ResNet), each built by its
-    family's loader the first time it is asked for. A loader's error is one line, and asking
-    again tries again (a missing file may have been put in place)."""
+    """``sam()`` (a SAM predictor; each image gets its own ``fresh()`` one on the same weights),
+    ``lama()``, ``yolo()`` (a :class:`~mlxnet.models.yolo.YOLO` detector) and ``classifier()``
+    (ResNet), each built by its family's loader the first time it is asked for. A loader's error
+    is one line, and asking again tries again (a missing file may have been put in place)."""
 
     def __init__(self, weights: Weights | None = None) -> None:
         self.weights = weights or Weights()
@@ -43,9 +43,10 @@ class Models:
             return self._loaded[name]
 
     def sam(self):
-        from mlxnet.models.sam import from_pretrained
+        from mlxnet import families
 
-        return self._get("sam", lambda: from_pretrained(self.weights.sam, dtype=self.weights.dtype))
+        return self._get("sam", lambda: families.family_of("sam-tiny").predictor(self.weights.sam, "sam-tiny",
+                                                                                 self.weights.dtype))
 
     def lama(self):
         from mlxnet import families

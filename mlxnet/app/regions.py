@@ -1,16 +1,15 @@
 """Where to erase: SAM masks from points and boxes, YOLOv8 instances turned into masks, dilation.
 
-A click in the app and a ``--point`` of ``mlxnet erase`` go through :func:`best_mask`: the
-prompt encoder and mask decoder on the cached image embedding, then only the mask with the best
-predicted IoU is upsampled to the image (SAM's predictor upsamples all three candidates, which
-is most of a click's time on a CPU).
+A click in the app and a ``--point`` of ``mlxnet erase`` go through the SAM predictor's
+``predict_best``: the prompt encoder and mask decoder on the cached image embedding, then only
+the mask with the best predicted IoU is upsampled to the image. The models are reached through
+:class:`mlxnet.app.models.Models` (their families), never imported here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import mlx.core as mx
 import numpy as np
 
 from mlxnet.errors import MlxnetError
@@ -73,32 +72,6 @@ def check_box(box: Sequence[float], size: tuple[int, int], what: str = "box") ->
     check_points(np.array([[x0, y0], [x1, y1]], np.float64), size, what)
 
 
-def best_mask(predictor, points: np.ndarray | None = None, labels: np.ndarray | None = None,
-              box: Sequence[float] | None = None) -> tuple[np.ndarray, float]:
-    """SAM's mask for one prompt on the predictor's image: (H, W) bool and its predicted IoU.
-
-    As SAM advises, a lone point (ambiguous: part or whole?) asks for three candidates and the
-    one with the best predicted IoU is kept; more points or a box ask for one. Only the kept
-    mask is upsampled to the image."""
-    from mlxnet.models.sam import apply_boxes, apply_coords
-
-    if points is None and box is None:
-        raise MlxnetError("best_mask: give points or a box")
-    long_side, size = predictor.model.img_size, predictor.original_size
-    coords = labs = boxes = None
-    if points is not None:
-        coords = mx.array(apply_coords(np.asarray(points, np.float64), size, long_side).astype(np.float32))[None]
-        labs = mx.array(np.asarray(labels, np.int32))[None]
-    if box is not None:
-        boxes = mx.array(apply_boxes(np.asarray(box, np.float64), size, long_side).astype(np.float32))
-    multi = box is None and points is not None and len(points) == 1
-    low_res, scores = predictor.predict_low_res(coords, labs, boxes, None, multi)
-    scores = scores[0].astype(mx.float32)
-    best = int(mx.argmax(scores).item())
-    mask = predictor.upscale_masks(low_res[:, best:best + 1]) > predictor.model.mask_threshold
-    return np.array(mask[0, 0]), float(scores[best].item())
-
-
 @dataclass
 class Region:
     """What was selected in one image: the union mask and what made it."""
@@ -124,9 +97,8 @@ def select(image: np.ndarray, *, sam=None, detector=None, points: np.ndarray | N
     - ``classes``: YOLOv8 (``detector``) finds every instance of these class ids (score >=
       ``conf``) and each detection's box is a SAM prompt.
 
-    ``sam`` is a SAM model (:class:`mlxnet.models.sam.Sam`); the image is embedded once."""
-    from mlxnet.models.sam import SamPredictor
-
+    ``sam`` is a SAM predictor (``Models.sam()``); the image is embedded once, on a fresh
+    predictor sharing its weights (``sam`` itself keeps whatever image it holds)."""
     h, w = image.shape[:2]
     region = Region(np.zeros((h, w), bool))
     if mask is not None:
@@ -136,10 +108,10 @@ def select(image: np.ndarray, *, sam=None, detector=None, points: np.ndarray | N
     positive = points is not None and len(points) and bool(np.any(np.asarray(labels) == 1))
     if not (positive or len(boxes) or classes):
         return region
-    predictor = SamPredictor(sam)
+    predictor = sam.fresh()
     predictor.set_image(image)
     if positive:
-        found, score = best_mask(predictor, points, labels)
+        found, score = predictor.predict_best(points, labels)
         region.add(found)
         region.scores.append(score)
     negative = None if points is None else np.asarray(points)[np.asarray(labels) == 0]
@@ -152,7 +124,7 @@ def select(image: np.ndarray, *, sam=None, detector=None, points: np.ndarray | N
             prompts.append((tuple(row["box"]), row))
     for box, _ in prompts:
         neg_labels = None if negative is None else np.zeros(len(negative), np.int32)
-        found, score = best_mask(predictor, negative, neg_labels, box)
+        found, score = predictor.predict_best(negative, neg_labels, box)
         region.add(found)
         region.scores.append(score)
     return region

@@ -296,12 +296,10 @@ class Service:
 
     def embedded(self, entry: Entry) -> tuple[Any, float]:
         """The entry's SAM predictor, embedding the image the first time (and its seconds)."""
-        from mlxnet.models.sam import SamPredictor
-
         if entry.predictor is not None:
             return entry.predictor, 0.0
         start = time.perf_counter()
-        predictor = SamPredictor(self.models.sam())
+        predictor = self.models.sam().fresh()  # its own embedding, the shared weights
         predictor.set_image(entry.pixels)
         entry.predictor = predictor
         return predictor, time.perf_counter() - start
@@ -318,7 +316,7 @@ class Service:
             raise ApiError(400, "points: give at least one foreground point (label 1) or a box")
         predictor, embed_s = self.embedded(entry)
         start = time.perf_counter()
-        mask, score = regions.best_mask(predictor, points, labels, box)
+        mask, score = predictor.predict_best(points, labels, box)
         return mask, score, embed_s, time.perf_counter() - start
 
 
@@ -469,13 +467,14 @@ async def everything(request: Request, service: Service) -> Response:
     stability = number_field(form, "stability_thresh", 0.95, 0.0, 1.0)
 
     def work() -> dict:
-        from mlxnet.models.sam_amg import SamAutomaticMaskGenerator
+        from mlxnet import families
 
         start = time.perf_counter()
         key, entry = service.image(files.get("image"), form.get("image_id"))
         predictor, _ = service.embedded(entry)
-        records = SamAutomaticMaskGenerator(predictor, points_per_side=grid, pred_iou_thresh=iou,
-                                            stability_score_thresh=stability).generate()  # the cached embedding
+        generator = families.family_of("sam-tiny").mask_generator(
+            predictor, points_per_side=grid, pred_iou_thresh=iou, stability_score_thresh=stability)
+        records = generator.generate()  # no image: the cached embedding
         records = sorted(records, key=lambda r: -r["predicted_iou"])[:255]  # one byte a label
         labels = np.zeros(entry.pixels.shape[:2], np.uint8)
         for i in sorted(range(len(records)), key=lambda i: -records[i]["area"]):  # small ones on top

@@ -5,7 +5,7 @@
             [--repeat 20] [--threads 2] [--erase-size 4000x3000] [--only click erase]
 
 click: the server's work for one click on an image whose embedding is cached,
-``mlxnet.app.regions.best_mask`` (prompt encoder, mask decoder, the best mask upsampled to the
+``SamPredictor.predict_best`` (prompt encoder, mask decoder, the best mask upsampled to the
 image), and its PNG encoding for the page; beside it mlxnet's ``SamPredictor.predict`` (three
 masks upsampled, as SAM's predictor does) and MobileSAM's ``SamPredictor.predict`` (PyTorch, three
 masks, ``multimask_output=True``), each the median of ``--repeat`` calls after two warm-up calls;
@@ -52,7 +52,6 @@ def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int) 
     import numpy as np
 
     import mlxnet
-    from mlxnet.app import regions
     from mlxnet.app.server import png_bytes
     from mlxnet.image import load_image
     from mlxnet.models.sam import SamPredictor
@@ -62,9 +61,9 @@ def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int) 
     predictor = SamPredictor.from_pretrained(weights)
     embed = median_ms(lambda: predictor.set_image(image), 3, warmup=1)
     coords, labels = np.array([point]), np.array([1])
-    mask, _ = regions.best_mask(predictor, coords, labels)
+    mask, _ = predictor.predict_best(coords, labels)
     return {"image": f"{image.shape[1]}x{image.shape[0]}", "embed_ms": embed,
-            "click_ms": median_ms(lambda: regions.best_mask(predictor, coords, labels), repeat),
+            "click_ms": median_ms(lambda: predictor.predict_best(coords, labels), repeat),
             "click_png_ms": median_ms(lambda: png_bytes(mask), repeat),
             "predict_3_masks_ms": median_ms(lambda: predictor.predict(coords, labels, multimask_output=True), repeat)}
 
