@@ -105,15 +105,27 @@ def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
     that arrive (:class:`_ChunkedReader`), and whatever Pillow raises for a malformed file
     (any exception type: its plugins are not written against hostile input) is one line."""
     p = Path(path)
-    budget = pixel_budget(max_pixels)
     if not p.is_file():
         raise MlxnetError(_not_a_file(path))
+    return _decode_stream(lambda: _ChunkedReader(io.FileIO(p, "rb")), p.stat().st_size, p, max_pixels)
+
+
+def decode_bytes(data: bytes, name: str, max_pixels: int | None = None) -> Image.Image:
+    """An image received as bytes (an upload), decoded by the rules of :func:`_decode`: the same
+    size checks before any pixel is decoded, every failure one line naming ``name``."""
+    return _decode_stream(lambda: io.BytesIO(data), len(data), name, max_pixels)
+
+
+def _decode_stream(open_stream: Callable[[], io.IOBase], size: int, p: object,
+                   max_pixels: int | None) -> Image.Image:
+    """:func:`_decode`'s work on a stream of ``size`` bytes; messages name ``p``."""
+    budget = pixel_budget(max_pixels)
     try:
         with warnings.catch_warnings():  # only this block sees the warning as an error
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with _ChunkedReader(io.FileIO(p, "rb")) as f, Image.open(f) as im:
+            with open_stream() as f, Image.open(f) as im:
                 width, height = im.size
-                size, per_byte = os.fstat(f.fileno()).st_size, _PIXELS_PER_BYTE.get(im.format)
+                per_byte = _PIXELS_PER_BYTE.get(im.format)
                 if per_byte is not None and width * height > per_byte * size:
                     raise MlxnetError(f"{p}: a {size:,}-byte {im.format} file cannot hold {width}x{height} pixels "
                                       f"(at most {per_byte:,} a byte); its header is corrupt; not decoded")
@@ -136,7 +148,7 @@ def _decode(path: PathLike, max_pixels: int | None = None) -> Image.Image:
     except Exception as e:  # noqa: BLE001  (Pillow's plugins raise any type for a malformed file)
         reason = " ".join(str(e).split()) or type(e).__name__  # one line, whatever Pillow said
         if isinstance(e, UnidentifiedImageError):  # Pillow names the file object; say its path
-            reason = f"cannot identify image file {os.fspath(p)!r}"
+            reason = f"cannot identify image file {str(p)!r}"
         elif not isinstance(e, _UNREADABLE):
             reason = f"{type(e).__name__}: {reason}"
         raise MlxnetError(f"{p}: not a readable image ({reason})") from None

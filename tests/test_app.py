@@ -258,9 +258,9 @@ def test_uploads_above_the_limit_get_413(server):
 def test_images_above_the_pixel_limit_get_400(server):
     wide = png(np.zeros((1001, 1000, 3), np.uint8))  # 1.001 MP, a small file
     status, _, body = call(server, "/api/detect", {"image": wide})
-    assert_json_error(status, body, 400, "image: 1000x1001 is 1.0 megapixels; the limit is 1")
+    assert_json_error(status, body, 400, "image: image has 1,001,000 pixels (1000x1001), over the 1,000,000-pixel budget")
     status, _, body = call(server, "/api/erase", {"image": BUS.read_bytes(), "mask": wide})
-    assert_json_error(status, body, 400, "mask: 1000x1001")
+    assert_json_error(status, body, 400, "mask: image has 1,001,000 pixels (1000x1001)")
 
 
 @pytest.mark.parametrize("fields, status, words", [

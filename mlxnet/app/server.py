@@ -41,6 +41,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from mlxnet.errors import MlxnetError
+from mlxnet.image import decode_bytes
 
 from . import erasing, regions
 from .models import Models
@@ -164,20 +165,15 @@ class ImageCache:
 # --- decoding requests --------------------------------------------------------------------------
 
 def decode_image(data: bytes, field: str, max_pixels: int) -> Image.Image:
-    """A PIL image from uploaded bytes, its size checked before its pixels are decoded."""
+    """A decoded PIL image from uploaded bytes, by the rules files are read with
+    (:func:`mlxnet.image.decode_bytes`: sizes checked from the header before any pixel is
+    decoded); any problem is the client's file, a 400 naming the field."""
     if not data:
         raise ApiError(400, f"{field}: empty file")
     try:
-        im = Image.open(io.BytesIO(data))
-    except Image.DecompressionBombError:
-        raise ApiError(400, f"{field}: image too large (above Pillow's decompression-bomb limit)") from None
-    except Exception as e:  # noqa: BLE001 - anything Pillow cannot open is the client's file
-        raise ApiError(400, f"{field}: not a readable image ({type(e).__name__})") from None
-    w, h = im.size
-    if w * h > max_pixels:
-        raise ApiError(400, f"{field}: {w}x{h} is {w * h / 1e6:.1f} megapixels; the limit is "
-                            f"{max_pixels / 1e6:g} (mlxnet app --max-pixels)")
-    return im
+        return decode_bytes(data, field, max_pixels)
+    except MlxnetError as e:
+        raise ApiError(400, str(e)) from None
 
 
 def decoded(decode: Callable[[], np.ndarray], field: str) -> np.ndarray:
