@@ -101,7 +101,8 @@ def run() -> None:
 
 
 # Every command is one module, mlxnet/commands/<name>.py, whose function <name> is the command.
-COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "segment", "inpaint", "erase", "bench")
+COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "track", "segment", "inpaint", "erase",
+            "bench")
 for _name in COMMANDS:
     app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
 # `mlxnet app` lives with the web app it serves (mlxnet/app/); the web stack loads when it runs.

@@ -19,7 +19,7 @@ runner = CliRunner()
 # What each command is, and so which parts of the grammar it must have. A new command must be
 # classified here (the first test fails until it is).
 KINDS = {
-    "classify": "images", "detect": "images+output", "segment": "images+output", "inpaint": "images+output",
+    "classify": "images", "detect": "images+output", "track": "images+output", "segment": "images+output", "inpaint": "images+output",
     "check": "model", "convert": "file", "train classify": "train",
     "info": "tool", "models": "tool", "ops": "tool", "bench": "tool",
     "erase": "models+output", "app": "tool",

@@ -3,16 +3,18 @@ request ultralytics' extras: only some classes, YOLO label files, crops
 (:mod:`mlxnet.commands.detect_outputs`)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
 import numpy as np
 import typer
 
-from mlxnet.commands import grammar
+from mlxnet.commands import grammar, video
 from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file
 from mlxnet.commands.pipeline import run_jobs
 from mlxnet.errors import MlxnetError
+from mlxnet.video import VIDEO_EXTENSIONS
 
 
 def detect(
@@ -44,8 +46,10 @@ def detect(
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines(),
+    track: bool = typer.Option(False, "--track", help="Videos: follow objects with ByteTrack and label each "
+                                                      "box with its track id (as `mlxnet track`)."),
 ) -> None:
-    """Detect objects in each image and write a labelled copy to OUTPUT."""
+    """Detect objects in each image or video and write a labelled copy to OUTPUT."""
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
     import mlxnet
@@ -58,23 +62,35 @@ def detect(
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
     names = read_labels(labels) if labels is not None else None
+    # Videos (files, or found in folders and patterns) go through the frame pipeline; the rest are images.
+    arguments = list(images)
+    images, videos = video.split_sources(arguments, Path(output))
+    if track and images:
+        raise MlxnetError(f"{images[0]}: tracking follows objects through a video; this is no video file "
+                          f"(extensions: {', '.join(sorted(VIDEO_EXTENSIONS))})")
     one_file = names_one_file(images, output)
     if one_file:
         jobs = [Job(source, (Path(output),)) for source in expand_inputs(images)]
     else:
         jobs = [Job(source, (mirror(source, Path(output)),)) for source in expand_inputs(images, skip=Path(output))]
     check_outputs(jobs)
+    video_jobs = video.video_jobs(videos, output, video.names_one_video(arguments, output))
+    video.check_video_outputs(video_jobs, jobs)
     more = extras.ExtraOutputs(jobs, Path(output), one_file, save_txt=save_txt, save_conf=save_conf,
                                save_crop=save_crop)
     wanted: list[list[int] | None] = [None]  # --classes as ids, once the model's names are known
     # On a GPU a short batch runs padded to the full size: one traced shape per letterbox shape.
     fixed_batch = batch if batch > 1 and mlxnet.backend() != "cpu" else None
 
+    loaded: list = []
+
     def load():
-        detector = load_model(lambda: family.predictor(weights, model, dtype, names=names))
-        if classes:
-            wanted[0] = extras.resolve_classes(classes, detector.names)
-        return detector
+        if not loaded:  # once, whether images or videos need it first
+            detector = load_model(lambda: family.predictor(weights, model, dtype, names=names))
+            if classes:
+                wanted[0] = extras.resolve_classes(classes, detector.names)
+            loaded.append(detector)
+        return loaded[0]
 
     def prepare(job: Job) -> tuple[np.ndarray, Any]:
         image = load_image(job.source.path)
@@ -88,11 +104,28 @@ def detect(
                   **det.to_dict()}
         return record, f"{job.name}: {det.summary()} -> {', '.join([str(target), *more.summary(written)])}"
 
-    run_jobs(
-        jobs, batch, what="detect", as_json=as_json, load=load,
-        prepare=prepare,
-        predict=lambda detector, items: detector.predict_prepared([boxed for _, boxed in items], conf=conf, iou=iou,
-                                                                  max_det=max_det, classes=wanted[0],
-                                                                  batch_size=fixed_batch),
-        finish=finish,
-        group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
+    def predict(detector, boxed: list) -> list:
+        return detector.predict_prepared(boxed, conf=conf, iou=iou, max_det=max_det, classes=wanted[0],
+                                         batch_size=fixed_batch)
+
+    images_failed = False
+    if jobs:
+        try:
+            run_jobs(
+                jobs, batch, what="detect", as_json=as_json, load=load,
+                prepare=prepare,
+                predict=lambda detector, items: predict(detector, [boxed for _, boxed in items]),
+                finish=finish,
+                group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
+        except typer.Exit as e:
+            if not video_jobs or not e.exit_code:
+                raise
+            images_failed = True  # reported; the videos still run
+    if video_jobs:
+        failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
+                                  model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
+                                  predict=predict, track=track)
+        if failed and len(video_jobs) > 1:
+            print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
+        if failed or images_failed:
+            raise typer.Exit(1)

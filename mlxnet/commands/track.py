@@ -1,0 +1,43 @@
+"""`mlxnet track`: ultralytics' `yolo track` — YOLOv8 detection on each video frame, followed by
+ByteTrack (:mod:`mlxnet.tracking`), each box labelled with its object's id. The frame pipeline is
+detect's (:mod:`mlxnet.commands.video`); this command is `mlxnet detect --track` with tracking's
+default confidence."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from mlxnet.commands import grammar
+
+
+def track(
+    videos: List[str] = grammar.sources(),
+    output: str = grammar.output(),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
+    weights: Optional[str] = grammar.weights("the model's official checkpoint from the hub; files: "
+                                             "ultralytics .pt or converted safetensors"),
+    labels: Optional[Path] = typer.Option(None, "--labels",
+                                          help="Class names: one per line, or a JSON list or {index: name} "
+                                               "(default: the checkpoint's, else COCO's)."),
+    # ultralytics' track lowers the detector's threshold to 0.1, so that ByteTrack's second
+    # stage gets the low-scoring boxes (an occluded object's) it exists for.
+    conf: float = typer.Option(0.1, "--conf", min=0.0, max=1.0, help="Detector confidence threshold."),
+    iou: float = typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold."),
+    imgsz: int = typer.Option(640, "--imgsz", help="Inference size (long side, multiple of 32)."),
+    max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per frame."),
+    classes: Optional[List[str]] = typer.Option(
+        None, "--classes", metavar="IDS|NAMES",
+        help="Track only these classes: ids or names, comma-separated or repeated.", show_default=False),
+    batch: int = grammar.batch(8),
+    dtype: str = grammar.dtype(),
+    device: Optional[str] = grammar.device(),
+    as_json: bool = grammar.json_lines(),
+) -> None:
+    """Track objects through each video with ByteTrack and write it with ids on the boxes to OUTPUT."""
+    from mlxnet.commands.detect import detect
+
+    detect(images=videos, output=output, model=model, weights=weights, labels=labels, conf=conf, iou=iou,
+           imgsz=imgsz, max_det=max_det, classes=classes, save_txt=False, save_conf=False, save_crop=False,
+           batch=batch, dtype=dtype, device=device, as_json=as_json, track=True)
