@@ -208,3 +208,20 @@ def test_tracking_end_to_end_keeps_one_id_per_object(tmp_path, capsys):
             by_class[d["class"]].add(d["id"])
     assert len(by_class[0]) == 1 and len(by_class[1]) == 1 and by_class[0] != by_class[1]
     assert probe(tmp_path / "out" / "cross.mp4") == {"codec": "h264", "size": (160, 96), "fps": 24, "frames": 24}
+
+
+def test_vid_stride_keeps_every_nth_frame_and_the_duration(clip, tmp_path):
+    out = run("detect", str(clip), "-o", str(tmp_path / "out"), *RANDOM, "--vid-stride", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["frame"] for r in records] == [0, 3, 6, 9]  # the input's frame numbers and times
+    assert records[1]["time"] == pytest.approx(3 / 24, abs=1e-3)
+    assert probe(tmp_path / "out" / "clip.mp4") == {"codec": "h264", "size": (128, 96), "fps": 8, "frames": 4}
+
+
+def test_weights_that_do_not_load_end_the_command_once(clip, tmp_path):
+    other = make_video(tmp_path / "other.mp4", frames=3)
+    out = run("detect", str(clip), str(other), "-o", str(tmp_path / "out"), "--weights", str(tmp_path / "none.pt"))
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1 and "none.pt" in out.stderr, out.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

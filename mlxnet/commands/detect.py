@@ -46,6 +46,8 @@ def detect(
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines(),
+    vid_stride: int = typer.Option(1, "--vid-stride", min=1,
+                                   help="Videos: run on every N-th frame and write those (the rate divided by N)."),
     track: bool = typer.Option(False, "--track", help="Videos: follow objects with ByteTrack and label each "
                                                       "box with its track id (as `mlxnet track`)."),
 ) -> None:
@@ -124,7 +126,7 @@ def detect(
     if video_jobs:
         failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
                                   model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
-                                  predict=predict, track=track)
+                                  predict=predict, track=track, stride=vid_stride)
         if failed and len(video_jobs) > 1:
             print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
         if failed or images_failed:

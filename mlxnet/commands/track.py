@@ -30,6 +30,8 @@ def track(
     classes: Optional[List[str]] = typer.Option(
         None, "--classes", metavar="IDS|NAMES",
         help="Track only these classes: ids or names, comma-separated or repeated.", show_default=False),
+    vid_stride: int = typer.Option(1, "--vid-stride", min=1,
+                                   help="Run on every N-th frame and write those (the rate divided by N)."),
     batch: int = grammar.batch(8),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
@@ -40,4 +42,4 @@ def track(
 
     detect(images=videos, output=output, model=model, weights=weights, labels=labels, conf=conf, iou=iou,
            imgsz=imgsz, max_det=max_det, classes=classes, save_txt=False, save_conf=False, save_crop=False,
-           batch=batch, dtype=dtype, device=device, as_json=as_json, track=True)
+           vid_stride=vid_stride, batch=batch, dtype=dtype, device=device, as_json=as_json, track=True)

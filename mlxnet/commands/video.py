@@ -34,6 +34,15 @@ from mlxnet.video import is_video_name, output_name
 _END = object()  # end of a video's frames
 
 
+class _LoadFailed(Exception):
+    """The model could not be loaded: the command's error, not one video's (as for images)."""
+
+
+class _ReportFailed(Exception):
+    """Printing a record failed (stdout closed): not the output file's fault, so kept out of the
+    atomic write's "cannot write FILE" wrapping."""
+
+
 # --- Sources and outputs ---------------------------------------------------------------------------
 
 def _videos_in_folder(folder: str, skip: Path | None) -> list[Source]:
@@ -190,7 +199,7 @@ def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
 
 def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model: Callable[[], Any],
              prepare: Callable[[np.ndarray], Any], predict: Callable[[Any, list[Any]], Sequence[Any]],
-             track: bool) -> int:
+             track: bool, stride: int = 1) -> int:
     """One video through the three stages; returns its frame count, raises its one failure."""
     from mlxnet.image import atomic_write
     from mlxnet.video import VideoReader, VideoWriter, container_format
@@ -207,6 +216,9 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
     def decode() -> None:
         try:
             for frame in reader.frames():
+                if frame.index % stride:
+                    display.advance()  # decoded (the bar counts the input's frames), not run
+                    continue
                 # The letterbox runs here, with the decoding: host work the model need not wait for.
                 if not _put(decoded, (frame, prepare(frame.rgb)), stop):
                     return
@@ -215,7 +227,8 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
             _put(decoded, e, stop)
 
     def encode(tmp: Path) -> None:
-        writer = VideoWriter(tmp, info.width, info.height, info.fps, container_format(target))
+        # Every stride-th frame is kept: the rate drops by the stride, so the video lasts as long.
+        writer = VideoWriter(tmp, info.width, info.height, info.fps / stride, container_format(target))
         finished = False
         try:
             while True:
@@ -225,9 +238,12 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
                 if isinstance(item, BaseException):
                     raise item
                 writer.write(render(item))
-                if as_json:
-                    display.out(json_line(frame_record(job, item)))
-                display.advance()
+                try:
+                    if as_json:
+                        display.out(json_line(frame_record(job, item)))
+                    display.advance()
+                except Exception as e:  # noqa: BLE001 - unwrapped below
+                    raise _ReportFailed() from e
             writer.close()
             finished = True
         finally:
@@ -238,19 +254,22 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
         try:
             atomic_write(target, encode)
         except BaseException as e:  # noqa: BLE001 - handed to the calling thread
-            failure.append(e)
+            failure.append(e.__cause__ if isinstance(e, _ReportFailed) and e.__cause__ else e)
             stop.set()
             while to_write.get() is not _END:  # drain, so the calling thread never blocks
                 pass
 
     reading = threading.Thread(target=decode, name="mlxnet-video-reader", daemon=True)
     writing = threading.Thread(target=write, name="mlxnet-video-writer", daemon=True)
-    tracker = make_tracker(float(info.fps)) if track else None
+    tracker = make_tracker(float(info.fps / stride)) if track else None
     frames = 0
     reading.start()
     writing.start()
     try:
-        runner = model()
+        try:
+            runner = model()
+        except Exception as e:  # noqa: BLE001 - unwrapped by run_videos
+            raise _LoadFailed() from e
         done = False
         while not done and not stop.is_set():
             members: list[tuple[Any, Any]] = []
@@ -308,18 +327,22 @@ def _declared_frames(jobs: Sequence[Job]) -> int | None:
 
 def run_videos(jobs: Sequence[Job], *, batch: int, what: str, as_json: bool, model: Callable[[], Any],
                prepare: Callable[[np.ndarray], Any], predict: Callable[[Any, list[Any]], Sequence[Any]],
-               track: bool = False) -> int:
+               track: bool = False, stride: int = 1) -> int:
     """Every video job, one after another; returns how many failed (each reported in one line,
-    ``{"video": ..., "error": ...}`` under ``--json``). ``model()`` loads the weights once;
-    ``prepare(rgb)`` is the family's letterbox; ``predict(model, items)`` runs a batch."""
+    ``{"video": ..., "error": ...}`` under ``--json``). ``model()`` loads the weights once (its
+    error ends the command); ``prepare(rgb)`` is the family's letterbox; ``predict(model, items)``
+    runs a batch. ``stride``: run and write every stride-th frame (ultralytics' ``vid_stride``),
+    the output's rate divided by it."""
     failed = 0
     with progress_bar(what, _declared_frames(jobs), quiet=as_json, unit="frame") as display:  # type: ignore[arg-type]
         for job in jobs:
             try:
                 frames = _run_one(job, batch=batch, as_json=as_json, display=display, model=model,
-                                  prepare=prepare, predict=predict, track=track)
+                                  prepare=prepare, predict=predict, track=track, stride=stride)
             except (KeyboardInterrupt, SystemExit):
                 raise
+            except _LoadFailed as e:
+                raise e.__cause__ from None  # type: ignore[misc]
             except Exception as e:  # noqa: BLE001 - this video fails, the others go on
                 failed += 1
                 if isinstance(e, MlxnetError) and str(e).startswith(f"{job.source.path}: "):
