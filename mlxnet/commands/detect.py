@@ -18,8 +18,9 @@ from mlxnet.video import VIDEO_EXTENSIONS
 
 
 def detect(
-    images: List[str] = grammar.sources(),
-    output: str = grammar.output(),
+    images: List[str] = grammar.sources(grammar.SOURCES_HELP + " Video files (.mp4, .mov, .mkv, .avi...) too, "
+                                        "alone or in folders and patterns: each written annotated, frame by frame."),
+    output: str = grammar.output(grammar.OUTPUT_HELP + " With one video, a path with a video extension (.mp4)."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
     weights: Optional[str] = grammar.weights("the model's official checkpoint from the hub; files: "
                                              "ultralytics .pt or converted safetensors"),

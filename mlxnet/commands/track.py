@@ -13,8 +13,10 @@ from mlxnet.commands import grammar
 
 
 def track(
-    videos: List[str] = grammar.sources(),
-    output: str = grammar.output(),
+    videos: List[str] = grammar.sources("Video files (.mp4, .mov, .mkv, .avi...), folders (searched recursively) "
+                                        "or quoted glob patterns ('clips/*.mp4')."),
+    output: str = grammar.output("Folder for the annotated videos (inputs keep their relative paths below it); "
+                                 "with one video, a path with a video extension (.mp4) is the file itself."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
     weights: Optional[str] = grammar.weights("the model's official checkpoint from the hub; files: "
                                              "ultralytics .pt or converted safetensors"),
