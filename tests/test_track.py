@@ -116,3 +116,14 @@ def test_iou_matrix():
     a = np.array([[0, 0, 10, 10], [0, 0, 0, 0]], np.float64)
     b = np.array([[0, 0, 10, 10], [5, 0, 15, 10]], np.float64)
     np.testing.assert_allclose(iou_matrix(a, b), [[1.0, 1 / 3], [0.0, 0.0]])
+
+
+def test_assignment_is_gated_by_the_limit_as_lapjv_cost_limit_is():
+    # ByteTrack's reference (lapjv with cost_limit) makes a pair only when it costs less than
+    # leaving both unmatched: here A-X alone (0.0 - 0.8) beats A-Y + B-X (-0.05 - 0.1), though
+    # the ungated Hungarian optimum over all four (A-Y, B-X) would pass the limit pair by pair.
+    from mlxnet.tracking.bytetrack import _assign
+
+    cost = np.array([[0.0, 0.75], [0.7, 2.0]])
+    assert _assign(cost, 0.8) == ([(0, 0)], [1], [1])
+    assert _assign(np.zeros((0, 3)), 0.8) == ([], [], [0, 1, 2])

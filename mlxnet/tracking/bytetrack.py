@@ -85,11 +85,19 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _assign(cost: np.ndarray, limit: float) -> tuple[list[tuple[int, int]], list[int], list[int]]:
-    """Minimum-cost pairs (row, column) costing at most ``limit``; the rows and columns left."""
+    """The best matching among pairs costing at most ``limit``: the (row, column) pairs, and the
+    rows and columns left.
+
+    Gated, not "assign everything, then drop the pairs over the limit": a pair is worth making
+    when it costs less than leaving both unmatched (``limit``), so the matching minimises the sum
+    of ``cost - limit`` over its pairs. ByteTrack's reference code (and ultralytics') get this
+    from lapjv's ``cost_limit``; ungated, one track's expensive best pairing can leave a cheap
+    pair unmade."""
     rows, cols = cost.shape
     if not rows or not cols:
         return [], list(range(rows)), list(range(cols))
-    r, c = linear_sum_assignment(cost)
+    # Pairs over the limit cost nothing (0): never better than no pair, and dropped below.
+    r, c = linear_sum_assignment(np.where(cost <= limit, cost - limit, 0.0))
     pairs = [(i, j) for i, j in zip(r, c) if cost[i, j] <= limit]
     used_r, used_c = {i for i, _ in pairs}, {j for _, j in pairs}
     return pairs, [i for i in range(rows) if i not in used_r], [j for j in range(cols) if j not in used_c]
