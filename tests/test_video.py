@@ -225,3 +225,9 @@ def test_weights_that_do_not_load_end_the_command_once(clip, tmp_path):
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1 and "none.pt" in out.stderr, out.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_one_video_to_an_image_name_is_refused(clip, tmp_path):
+    out = run("detect", str(clip), "-o", str(tmp_path / "frame.png"), *RANDOM)
+    assert out.returncode == 1 and out.stderr.strip().startswith(f"error: {tmp_path / 'frame.png'}: a video's output")
+    assert not (tmp_path / "frame.png").exists()

@@ -111,7 +111,14 @@ def split_sources(args: Sequence[str], skip: Path | None) -> tuple[list[str], li
 
 def names_one_video(args: Sequence[str], output: str) -> bool:
     """Whether ``-o`` names the output video itself: one video file argument and an output with
-    a video extension that is not a folder."""
+    a video extension that is not a folder. An image extension there is an error: a video cannot
+    be written as one image (nor made into a folder of that name)."""
+    from mlxnet.image import readable_extensions
+
+    if (len(args) == 1 and is_video_name(args[0]) and not os.path.isdir(output)
+            and os.path.splitext(output)[1].lower() in readable_extensions()):
+        raise MlxnetError(f"{output}: a video's output is a video (.mp4, .mov, .mkv, .avi) or a folder, "
+                          "not an image file")
     return (len(args) == 1 and is_video_name(args[0]) and not os.path.isdir(args[0]) and not is_pattern(args[0])
             and not os.path.isdir(output) and not output.endswith(("/", os.sep)) and is_video_name(output))
 
