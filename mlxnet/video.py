@@ -102,6 +102,8 @@ class VideoReader:
             if not self._container.streams.video:
                 raise MlxnetError(f"{path}: no video stream in this file")
             stream = self._container.streams.video[0]
+            if stream.codec_context is None:  # FFmpeg found the stream but not how it is coded
+                raise MlxnetError(f"{path}: the video stream has no codec parameters (a damaged or cut file)")
             stream.thread_type = "AUTO"  # FFmpeg's frame threads: decoding keeps up with a batch
             width, height = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
             if width <= 0 or height <= 0:
@@ -115,6 +117,12 @@ class VideoReader:
                 rate = _FALLBACK_RATE
             self.info = VideoInfo(width, height, Fraction(rate), max(0, int(stream.frames or 0)))
             self._stream = stream
+        except MlxnetError:
+            self._container.close()
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged header (no codec context, odd values) is the file's
+            self._container.close()
+            raise _one_line(path, e) from None
         except BaseException:
             self._container.close()
             raise

@@ -37,6 +37,9 @@ SEED_LOADERS: dict[str, tuple[str, ...]] = {
     "image.http": ("app_request",),
     "detect.http": ("app_request",),
     "segment.http": ("app_request",),
+    # videos as mlxnet detect and track read them (H.264 in MP4, MPEG-4 part 2 in AVI)
+    "clip.mp4": ("load_video",),
+    "clip.avi": ("load_video",),
 }
 
 
@@ -114,9 +117,25 @@ def _checkpoints(out: Path) -> None:
     save_ultralytics_pt(out / "ultralytics_tiny.pt", tiny, yaml={"nc": 2, "scale": "n"}, names={0: "cat", 1: "dog"})
 
 
+def _videos(out: Path) -> None:
+    """Eight frames of the seed gradient drifting, in the two containers and codecs mlxnet
+    writes (a few KB each)."""
+    import av
+
+    frames = [np.roll(_pixels(), 3 * i, axis=1) for i in range(8)]
+    for name, codec in (("clip.mp4", "libx264"), ("clip.avi", "mpeg4")):
+        with av.open(str(out / name), "w") as container:
+            stream = container.add_stream(codec, rate=8)
+            stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv420p"
+            for rgb in frames:
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+            container.mux(stream.encode())
+
+
 def write_seeds(out: Path = SEEDS) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     _images(out)
+    _videos(out)
     _requests(out)
     _checkpoints(out)
     (out / "README.json").write_text(json.dumps({"made_by": "tests/fuzz_seeds.py", "loaders": SEED_LOADERS},

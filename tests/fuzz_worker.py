@@ -56,6 +56,15 @@ def _load_mask(path: str) -> None:
     load_mask(path)
 
 
+def _load_video(path: str) -> None:
+    """Every frame of a video, as mlxnet detect and track read it."""
+    from mlxnet.video import VideoReader
+
+    with VideoReader(path) as reader:
+        for _ in reader.frames():
+            pass
+
+
 _APP: list = []  # the web app, made on first use (its models load only when a request needs them)
 
 
@@ -110,6 +119,7 @@ LOADERS: dict[str, Callable[[str], None]] = {
     "load_image": _load_image,
     "load_mask": _load_mask,
     "app_request": _app_request,
+    "load_video": _load_video,
     # not a surface: shows the address-space limit works (this must end in MemoryError)
     "allocate_2GiB": lambda path: bytearray(2 << 30),
 }
