@@ -17,20 +17,40 @@ from mlxnet.errors import MlxnetError
 from mlxnet.video import VIDEO_EXTENSIONS
 
 
+# The detector's options that `mlxnet track` shares (one declaration each).
+def detector_weights() -> Any:
+    return grammar.weights("the model's official checkpoint from the hub; files: ultralytics .pt or converted "
+                           "safetensors")
+
+
+def labels_option() -> Any:
+    return typer.Option(None, "--labels", help="Class names: one per line, or a JSON list or {index: name} "
+                                               "(default: the checkpoint's, else COCO's).")
+
+
+def iou_option() -> Any:
+    return typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold.")
+
+
+def imgsz_option() -> Any:
+    return typer.Option(640, "--imgsz", help="Inference size (long side, multiple of 32).")
+
+
+def max_det_option(per: str) -> Any:
+    return typer.Option(300, "--max-det", min=1, help=f"Most detections per {per}.")
+
+
 def detect(
     images: List[str] = grammar.sources(grammar.SOURCES_HELP + " Video files (.mp4, .mov, .mkv, .avi...) too, "
                                         "alone or in folders and patterns: each written annotated, frame by frame."),
     output: str = grammar.output(grammar.OUTPUT_HELP + " With one video, a path with a video extension (.mp4)."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
-    weights: Optional[str] = grammar.weights("the model's official checkpoint from the hub; files: "
-                                             "ultralytics .pt or converted safetensors"),
-    labels: Optional[Path] = typer.Option(None, "--labels",
-                                          help="Class names: one per line, or a JSON list or {index: name} "
-                                               "(default: the checkpoint's, else COCO's)."),
+    weights: Optional[str] = detector_weights(),
+    labels: Optional[Path] = labels_option(),
     conf: float = typer.Option(0.25, "--conf", min=0.0, max=1.0, help="Confidence threshold."),
-    iou: float = typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold."),
-    imgsz: int = typer.Option(640, "--imgsz", help="Inference size (long side, multiple of 32)."),
-    max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per image."),
+    iou: float = iou_option(),
+    imgsz: int = imgsz_option(),
+    max_det: int = max_det_option("image"),
     classes: Optional[List[str]] = typer.Option(
         None, "--classes", metavar="IDS|NAMES",
         help="Keep only these classes: ids or names, comma-separated or repeated (--classes 0,2, "

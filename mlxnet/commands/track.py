@@ -10,6 +10,8 @@ from typing import List, Optional
 import typer
 
 from mlxnet.commands import grammar
+from mlxnet.commands.detect import (detector_weights, imgsz_option, iou_option, labels_option,
+                                    max_det_option)
 
 
 def track(
@@ -18,17 +20,14 @@ def track(
     output: str = grammar.output("Folder for the annotated videos (inputs keep their relative paths below it); "
                                  "with one video, a path with a video extension (.mp4) is the file itself."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
-    weights: Optional[str] = grammar.weights("the model's official checkpoint from the hub; files: "
-                                             "ultralytics .pt or converted safetensors"),
-    labels: Optional[Path] = typer.Option(None, "--labels",
-                                          help="Class names: one per line, or a JSON list or {index: name} "
-                                               "(default: the checkpoint's, else COCO's)."),
+    weights: Optional[str] = detector_weights(),
+    labels: Optional[Path] = labels_option(),
     # ultralytics' track lowers the detector's threshold to 0.1, so that ByteTrack's second
     # stage gets the low-scoring boxes (an occluded object's) it exists for.
     conf: float = typer.Option(0.1, "--conf", min=0.0, max=1.0, help="Detector confidence threshold."),
-    iou: float = typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold."),
-    imgsz: int = typer.Option(640, "--imgsz", help="Inference size (long side, multiple of 32)."),
-    max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per frame."),
+    iou: float = iou_option(),
+    imgsz: int = imgsz_option(),
+    max_det: int = max_det_option("frame"),
     classes: Optional[List[str]] = typer.Option(
         None, "--classes", metavar="IDS|NAMES",
         help="Track only these classes: ids or names, comma-separated or repeated.", show_default=False),
