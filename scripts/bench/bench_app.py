@@ -48,7 +48,7 @@ def median_ms(call, repeat: int, warmup: int = 2) -> float:
     return round(statistics.median(times) * 1000, 1)
 
 
-def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int) -> dict:
+def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int, device: str) -> dict:
     import numpy as np
 
     import mlxnet
@@ -56,7 +56,7 @@ def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int) 
     from mlxnet.image import load_image
     from mlxnet.models.sam import SamPredictor
 
-    mlxnet.use_device("cpu")
+    mlxnet.use_device(device)
     image = load_image(image_path)
     predictor = SamPredictor.from_pretrained(weights)
     embed = median_ms(lambda: predictor.set_image(image), 3, warmup=1)
@@ -68,7 +68,8 @@ def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int) 
             "predict_3_masks_ms": median_ms(lambda: predictor.predict(coords, labels, multimask_output=True), repeat)}
 
 
-def mobile_sam_side(image_path: str, weights: str, point: list[float], repeat: int, threads: int) -> dict:
+def mobile_sam_side(image_path: str, weights: str, point: list[float], repeat: int, threads: int,
+                    device: str) -> dict:
     import numpy as np
     import torch
     from PIL import Image
@@ -89,21 +90,36 @@ def mobile_sam_side(image_path: str, weights: str, point: list[float], repeat: i
                                               strict=False)
     assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
     sam.eval()
+    cuda = device == "gpu" and torch.cuda.is_available()
+    if cuda:
+        sam.to("cuda")
     predictor = mobile_sam.SamPredictor(sam)
+
+    def embed_image() -> None:  # set_image leaves its features on the GPU: wait for them
+        predictor.set_image(image)
+        if cuda:
+            torch.cuda.synchronize()
+
     image = np.asarray(Image.open(image_path).convert("RGB"))
     coords, labels = np.array([point]), np.array([1])
     with torch.inference_mode():
-        embed = median_ms(lambda: predictor.set_image(image), 3, warmup=1)
+        embed = median_ms(embed_image, 3, warmup=1)
         click = median_ms(lambda: predictor.predict(coords, labels, multimask_output=True), repeat)
-    return {"embed_ms": embed, "predict_3_masks_ms": click}
+    return {"embed_ms": embed, "predict_3_masks_ms": click, "device": "cuda" if cuda else "cpu"}
 
 
-def measured_rss(command: list[str], threads: int) -> dict:
+def child_env(threads: int, device: str) -> dict:
+    """The children's environment: the threads and device asked for, mlxnet importable from
+    this checkout after whatever the caller's PYTHONPATH already gives."""
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MLXNET_DEVICE": device, "PYTHONPATH": path}
+
+
+def measured_rss(command: list[str], threads: int, device: str, cwd: str) -> dict:
     """Wall time and peak RSS of one whole process (its last stdout line: erase's JSON record)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MLXNET_DEVICE": "cpu", "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=ROOT)
+        proc = subprocess.Popen(command, stdout=out, stderr=err, env=child_env(threads, device), cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
         out.seek(0), err.seek(0)
@@ -123,13 +139,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--erase-size", default="4000x3000", help="WIDTHxHEIGHT of the photo to erase in")
     ap.add_argument("--only", nargs="+", choices=["click", "erase"], default=["click", "erase"])
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                    help="where both sides run (MobileSAM on CUDA for gpu, where PyTorch has it)")
     ap.add_argument("--side", nargs=3, metavar=("SIDE", "WEIGHTS", "REPEAT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     point = [float(v) for v in a.point.split(",")]
     if a.side:
         side, weights, repeat = a.side
-        result = (mlxnet_side(a.image, weights, point, int(repeat)) if side == "mlxnet"
-                  else mobile_sam_side(a.image, weights, point, int(repeat), a.threads))
+        result = (mlxnet_side(a.image, weights, point, int(repeat), a.device) if side == "mlxnet"
+                  else mobile_sam_side(a.image, weights, point, int(repeat), a.threads, a.device))
         print(json.dumps(result))
         return
 
@@ -140,13 +158,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         weights = str(Path(tmp) / "mobile_sam_seeded.safetensors")
         save_file(seeded_weights(), weights)
-        print(f"image {a.image}, click {a.point}, seeded weights, {a.threads} threads", flush=True)
+        print(f"image {a.image}, click {a.point}, seeded weights, {a.threads} threads, {a.device}", flush=True)
         if "click" in a.only:
-            env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MLXNET_DEVICE": "cpu"}
             for side in ("mlxnet", "mobilesam"):
                 out = subprocess.run([sys.executable, __file__, "--image", a.image, "--point", a.point,
-                                      "--threads", str(a.threads), "--side", side, weights, str(a.repeat)],
-                                     capture_output=True, text=True, env=env, cwd=ROOT)
+                                      "--threads", str(a.threads), "--device", a.device, "--side", side, weights,
+                                      str(a.repeat)],
+                                     capture_output=True, text=True, env=child_env(a.threads, a.device), cwd=tmp)
                 report = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else \
                     {"error": out.stderr[-1500:]}
                 print(json.dumps({"run": f"click/{side}", **report}), flush=True)
@@ -166,7 +184,8 @@ def main() -> None:
                     "--lama-weights", "random", "--json"]
             runs = {"point": ["--point", f"{point[0] * sx:.0f},{point[1] * sy:.0f}"], "mask": ["--mask", str(mask)]}
             for name, args in runs.items():
-                report = measured_rss([*base, *args, "-o", str(Path(tmp) / f"erased_{name}.png")], a.threads)
+                report = measured_rss([*base, *args, "-o", str(Path(tmp) / f"erased_{name}.png")], a.threads,
+                                      a.device, tmp)
                 print(json.dumps({"run": f"erase/{name}", "photo": f"{w}x{h}", **report}), flush=True)
 
 
