@@ -5,10 +5,13 @@ sort); each kept box removes every later box whose IoU with it is strictly great
 threshold. Class-aware NMS shifts each box by ``class * max_wh`` in x and y (ultralytics'
 trick), so boxes of different classes never overlap and one pass handles every class.
 
-The reference is exact and runs on the host: the loop is inherently sequential and touches
-only the few hundred candidates left after the confidence threshold, so the inputs are read
-back once and the work is ``kept x candidates`` vectorised numpy steps. No GPU kernel: see
-``scripts/bench/bench_ops.py`` (NMS is a small fraction of YOLOv8's forward pass on every device).
+The definition is exact and runs on the host: the loop is inherently sequential, so the inputs
+are read back once. At evaluation settings (confidence 0.001: every one of a 640² image's 8400
+anchors is a candidate) one kept box at a time against all the others is too slow, so the work is
+cut twice without changing a bit of the result: class-aware NMS runs per class (the offsets make
+it exactly that, checked on the coordinates; otherwise one pass over all), and each pass builds
+its IoU matrix in vectorised blocks and walks booleans. ``scripts/bench/bench_nms.py`` measures
+it; no GPU kernel (``scripts/bench/bench_ops.py``: NMS is a small fraction of YOLOv8's forward).
 """
 from __future__ import annotations
 
@@ -33,23 +36,83 @@ def _check(boxes: mx.array, scores: mx.array, classes: mx.array | None, iou_thre
         raise MlxnetError(f"nms: max_det must be >= 1, got {max_det}")
 
 
-def _greedy(b: np.ndarray, order: np.ndarray, iou_threshold: float, max_det: int) -> list[int]:
-    """torchvision's CPU loop, one kept box at a time against all remaining candidates."""
-    x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
-    areas = (x2 - x1) * (y2 - y1)
+def _iou_rows(b: np.ndarray, areas: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """IoU of boxes ``rows`` against boxes ``cols`` as a (rows, cols) matrix: the same float32
+    operations, in the same order, as one step of the sequential loop (so the same bits)."""
+    r, c = b[rows], b[cols]
+    w = np.maximum(np.minimum(r[:, None, 2], c[None, :, 2]) - np.maximum(r[:, None, 0], c[None, :, 0]),
+                   np.float32(0))
+    h = np.maximum(np.minimum(r[:, None, 3], c[None, :, 3]) - np.maximum(r[:, None, 1], c[None, :, 1]),
+                   np.float32(0))
+    inter = w * h
+    return inter / (areas[rows][:, None] + areas[cols][None, :] - inter)
+
+
+# Candidates whose pairwise IoU matrix is built at once; larger groups go in blocks of this many,
+# so memory stays at a few MB whatever N (8400 candidates would be a 280 MB matrix).
+_BLOCK = 1024
+
+
+def _float32_limit(threshold: float) -> np.float32:
+    """The float32 ``t`` with ``iou > t`` exactly when ``float(iou) > threshold`` for every float32
+    IoU: torchvision's C++ compares the float IoU with a double threshold, and converting each
+    IoU to float64 would cost a copy of every matrix."""
+    t = np.float32(threshold)
+    return t if float(t) <= threshold else np.nextafter(t, np.float32(-np.inf))
+
+
+def _greedy(b: np.ndarray, areas: np.ndarray, order: np.ndarray, iou_threshold: float,
+            max_det: int) -> list[int]:
+    """torchvision's greedy loop over ``order`` (descending score), as boolean matrices.
+
+    A block of candidates gets its pairwise "suppresses" matrix in one vectorised step; the
+    sequential pass then only reads booleans, and the block's kept boxes suppress the later
+    blocks in one more matrix step. Same result as one kept box at a time: a box is dropped iff
+    an earlier kept box has IoU > threshold with it."""
     keep: list[int] = []
+    alive = order
+    limit = _float32_limit(iou_threshold)
     with np.errstate(divide="ignore", invalid="ignore"):
-        while order.size and len(keep) < max_det:
-            i, rest = order[0], order[1:]
-            keep.append(int(i))
-            w = np.maximum(np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]), np.float32(0))
-            h = np.maximum(np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]), np.float32(0))
-            inter = w * h
-            iou = inter / (areas[i] + areas[rest] - inter)
-            # Compared in float64 like torchvision's C++ (float IoU vs double threshold); NaN
-            # (degenerate boxes) is never "greater", so such boxes are not suppressed.
-            order = rest[~(iou.astype(np.float64) > iou_threshold)]
+        while alive.size and len(keep) < max_det:
+            block, alive = alive[:_BLOCK], alive[_BLOCK:]
+            # NaN (degenerate boxes) is never "greater", so such boxes are not suppressed.
+            over = np.triu(_iou_rows(b, areas, block, block) > limit, 1)
+            removed = np.zeros(block.size, bool)
+            # Only a box that overlaps a later one can remove anything: walk those alone, in
+            # order (a box's fate is settled by the earlier ones), the rest stay as they are.
+            for i in np.flatnonzero(over.any(axis=1)).tolist():
+                if not removed[i]:
+                    removed |= over[i]
+            # Later boxes never change an earlier one's fate: the first max_det survivors are it.
+            kept_here = np.flatnonzero(~removed)[:max_det - len(keep)]
+            keep.extend(block[kept_here].tolist())
+            if alive.size and len(keep) < max_det:
+                rows = block[kept_here]
+                hit = (_iou_rows(b, areas, rows, alive) > limit).any(axis=0)
+                alive = alive[~hit]
     return keep
+
+
+def _class_groups(b: np.ndarray, order: np.ndarray, cls: np.ndarray) -> list[np.ndarray] | None:
+    """``order`` split by class (each part keeps its order), if the offset boxes of different
+    classes cannot overlap: then class-aware NMS is NMS per class, on small sets. None when they
+    might (coordinates beyond ``max_wh``, or not finite): one pass over all keeps it exact."""
+    sub = b[order]
+    if not np.isfinite(sub).all():
+        return None
+    by_class = np.argsort(cls[order], kind="stable")  # stable: each class keeps the score order
+    sorted_classes = cls[order][by_class]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_classes[1:] != sorted_classes[:-1]]))
+    if starts.size < 2:
+        return None
+    xs = sub[by_class]
+    lo = np.minimum.reduceat(np.minimum(xs[:, 0], xs[:, 2]), starts)
+    hi = np.maximum.reduceat(np.maximum(xs[:, 0], xs[:, 2]), starts)
+    span = np.argsort(lo, kind="stable")
+    # Zero intersection is IoU 0 (or NaN), never "greater" than a threshold in [0, 1]: touching is fine.
+    if np.any(hi[span][:-1] > lo[span][1:]):
+        return None
+    return [order[part] for part in np.split(by_class, starts[1:])]
 
 
 def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
@@ -71,4 +134,14 @@ def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
         # Same float32 arithmetic as ultralytics (class * max_wh, then added to the coordinates).
         b = b + (np.array(classes).astype(np.float32) * np.float32(max_wh))[:, None]
     order = candidates[np.argsort(-s[candidates], kind="stable")]
-    return mx.array(np.asarray(_greedy(b, order, iou_threshold, max_det), dtype=np.int32))
+    areas = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    groups = _class_groups(b, order, np.array(classes)) if classes is not None else None
+    if groups is None:
+        keep = _greedy(b, areas, order, iou_threshold, max_det)
+    else:
+        # Each class's kept boxes, back in the global score order (ties: lower index first).
+        rank = np.empty(b.shape[0], np.int64)
+        rank[order] = np.arange(order.size)
+        kept = np.concatenate([np.asarray(_greedy(b, areas, g, iou_threshold, max_det), np.int64) for g in groups])
+        keep = kept[np.argsort(rank[kept], kind="stable")][:max_det].tolist()
+    return mx.array(np.asarray(keep, dtype=np.int32))

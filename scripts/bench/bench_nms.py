@@ -1,0 +1,57 @@
+"""NMS at evaluation settings: 8400 candidates of a 640² image, 80 classes, scores like conf 0.001's.
+
+Prints the mean time of ``mlxnet.ops.nms`` (class-aware, IoU 0.7, max_det 300) and, given a file,
+of another definition to compare (e.g. a copy of the previous one):
+
+    python scripts/bench/bench_nms.py [--against OLD_DEFINITION.py]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+
+import mlx.core as mx
+import numpy as np
+
+from mlxnet.ops.nms import nms
+
+
+def candidates(n: int = 8400, classes: int = 80, seed: int = 0) -> tuple[mx.array, mx.array, mx.array]:
+    rng = np.random.default_rng(seed)
+    centre = rng.uniform(0, 640, (n, 2))
+    size = rng.uniform(8, 200, (n, 2))
+    boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1).astype(np.float32)
+    scores = (rng.beta(0.5, 20, n) + 0.001).astype(np.float32)  # mostly tiny, a few confident
+    return mx.array(boxes), mx.array(scores), mx.array(rng.integers(0, classes, n).astype(np.int32))
+
+
+def timed(fn, args, repeat: int) -> tuple[float, np.ndarray]:
+    out = np.array(fn(*args, iou_threshold=0.7, max_det=300))
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn(*args, iou_threshold=0.7, max_det=300)
+    return (time.perf_counter() - start) / repeat * 1e3, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", help="another definition.py whose nms() to time on the same inputs")
+    parser.add_argument("--repeat", type=int, default=20)
+    parsed = parser.parse_args()
+    for n in (300, 8400):
+        args = candidates(n)
+        ms, kept = timed(nms, args, parsed.repeat)
+        line = f"nms {n} boxes, 80 classes: {ms:.2f} ms ({kept.size} kept)"
+        if parsed.against:
+            spec = importlib.util.spec_from_file_location("nms_other", parsed.against)
+            other = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(other)  # type: ignore[union-attr]
+            other_ms, other_kept = timed(other.nms, args, parsed.repeat)
+            same = "identical" if np.array_equal(kept, other_kept) else "DIFFERENT"
+            line += f"; {parsed.against}: {other_ms:.2f} ms ({same} indices)"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
