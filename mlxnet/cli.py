@@ -108,5 +108,5 @@ for _name in COMMANDS:
 # `mlxnet app` lives with the web app it serves (mlxnet/app/); the web stack loads when it runs.
 app.command(name="app")(importlib.import_module("mlxnet.app.command").app)
 # Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.
-for _name in ("train",):
+for _name in ("train", "val"):
     app.add_typer(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name), name=_name)

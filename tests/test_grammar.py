@@ -22,7 +22,7 @@ KINDS = {
     "classify": "images", "detect": "images+output", "track": "images+output", "segment": "images+output", "inpaint": "images+output",
     "check": "model", "convert": "file", "train classify": "train",
     "info": "tool", "models": "tool", "ops": "tool", "bench": "tool",
-    "erase": "models+output", "app": "tool",
+    "erase": "models+output", "app": "tool", "val detect": "val",
 }
 REQUIRED = {
     "images": {"--device", "--model", "--weights", "--dtype", "--batch", "--json"},
@@ -30,6 +30,7 @@ REQUIRED = {
     "model": {"--device", "--weights", "--dtype", "--json"},
     "file": {"--device", "--model", "--dtype", "--force"},
     "train": {"--device", "--model", "--weights", "--dtype", "--batch", "--output", "--force"},
+    "val": {"--device", "--model", "--weights", "--dtype", "--batch", "--json"},  # a dataset in, metrics out
     "tool": {"--device"},
     # several models, each with its own weights option (--sam-weights, ...; metavars checked below)
     "models+output": {"--device", "--dtype", "--batch", "--json", "--output"},
