@@ -201,3 +201,53 @@ def test_the_command_refuses_a_dataset_without_names(tmp_path) -> None:
     data = write_dataset(tmp_path, yaml="val: images/val\n")
     result = runner.invoke(app, ["val", "detect", str(data), "--weights", "random"])
     assert isinstance(result.exception, MlxnetError) and str(result.exception) == f"{data}: missing key names"
+
+
+def test_coco_method_equals_pycocotools() -> None:
+    """The ``coco`` convention against COCOeval on random detections (area range "all", at most
+    100 detections per image, distinct scores so that no tie order differs)."""
+    pytest.importorskip("pycocotools")
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    rng = np.random.default_rng(7)
+    images, gts, dts = [], [], []
+    coco_images, coco_gts, coco_dts = [], [], []
+    for image_id in range(1, 9):
+        n = int(rng.integers(0, 6))
+        xy = rng.uniform(0, 400, (n, 2))
+        label_boxes = np.concatenate([xy, xy + rng.uniform(10, 120, (n, 2))], axis=1)
+        label_classes = rng.integers(0, 3, n)
+        # Predictions: the labels jittered (some far off), and a few boxes anywhere.
+        jitter = label_boxes + rng.normal(0, 6, label_boxes.shape)
+        extra_xy = rng.uniform(0, 400, (3, 2))
+        extra = np.concatenate([extra_xy, extra_xy + rng.uniform(10, 120, (3, 2))], axis=1)
+        pred_boxes = np.concatenate([jitter, extra])
+        pred_classes = np.concatenate([label_classes, rng.integers(0, 3, 3)])
+        pred_scores = rng.uniform(0.01, 1, len(pred_boxes))
+        images.append((pred_boxes, pred_scores, pred_classes, label_boxes, label_classes))
+        coco_images.append({"id": image_id, "width": 640, "height": 640})
+        for box, c in zip(label_boxes, label_classes):
+            w, h = box[2] - box[0], box[3] - box[1]
+            coco_gts.append({"id": len(coco_gts) + 1, "image_id": image_id, "category_id": int(c) + 1,
+                             "bbox": [box[0], box[1], w, h], "area": w * h, "iscrowd": 0})
+        for box, s, c in zip(pred_boxes, pred_scores, pred_classes):
+            coco_dts.append({"image_id": image_id, "category_id": int(c) + 1, "score": float(s),
+                             "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]]})
+    truth = COCO()
+    truth.dataset = {"images": coco_images, "annotations": coco_gts,
+                     "categories": [{"id": k + 1, "name": str(k)} for k in range(3)]}
+    truth.createIndex()
+    evaluation = COCOeval(truth, truth.loadRes(coco_dts), "bbox")
+    evaluation.params.areaRng, evaluation.params.areaRngLbl = [[0, 1e10]], ["all"]
+    evaluation.params.maxDets = [100]
+    evaluation.evaluate()
+    evaluation.accumulate()
+    precision = evaluation.eval["precision"][:, :, :, 0, 0]  # (T, R, K)
+    present = [k for k in range(3) if (precision[:, :, k] > -1).any()]
+    per_class = [precision[:, :, k].mean() for k in present]
+    result = evaluate(images, "coco")
+    assert result.classes.tolist() == present and 0.1 < result.map < 0.95  # a case with misses and near misses
+    assert result.ap.mean(axis=1).tolist() == pytest.approx(per_class, abs=1e-6)
+    assert result.map == pytest.approx(float(np.mean(per_class)), abs=1e-6)
+    assert result.map50 == pytest.approx(float(np.mean([precision[0, :, k].mean() for k in present])), abs=1e-6)
