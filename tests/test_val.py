@@ -89,17 +89,16 @@ def test_a_curve_worked_by_hand() -> None:
 
 
 def test_matching_conventions_differ_as_documented() -> None:
-    """One label, two predictions: the higher score overlaps less (IoU 0.6), the lower more
-    (IoU 0.9). COCO gives the label to the higher score; ultralytics to the higher IoU."""
-    label = boxes([0, 0, 100, 100])
-    preds = boxes([0, 0, 100, 60], [0, 0, 100, 90])
-    scores, classes = np.array([0.9, 0.5]), np.array([0, 0])
-    coco = match(preds, scores, classes, label, np.array([0]), "coco")
-    ultra = match(preds, scores, classes, label, np.array([0]), "ultralytics")
-    assert coco[:, 0].tolist() == [True, False] and ultra[:, 0].tolist() == [False, True]
-    # At 0.65 and above only the second overlaps enough: both give it the label.
-    above = IOU_THRESHOLDS >= 0.65 - 1e-9
-    assert (coco[1, above] == (IOU_THRESHOLDS[above] <= 0.9 + 1e-9)).all()
+    """Two labels side by side; prediction 0 is label 0, prediction 1 (lower score) overlaps
+    label 0 more (IoU 96/104) than label 1 (94/106). ultralytics: prediction 1 picks label 0,
+    which prediction 0 has, and is a false positive; COCO: it takes the free label 1."""
+    label_boxes = boxes([0, 0, 100, 100], [10, 0, 110, 100])
+    preds = boxes([0, 0, 100, 100], [4, 0, 104, 100])
+    args = (preds, np.array([0.9, 0.8]), np.array([0, 0]), label_boxes, np.array([0, 0]))
+    coco, ultra = match(*args, "coco"), match(*args, "ultralytics")
+    assert ultra[:, 0].tolist() == [True, False] and coco[:, 0].tolist() == [True, True]
+    # Prediction 1 fits label 1 up to IoU 0.887: thresholds 0.50...0.85.
+    assert coco[1].tolist() == [True] * 8 + [False] * 2 and not ultra[1].any() and ultra[0].all()
 
 
 def test_other_classes_never_match_and_unlabelled_classes_are_not_averaged() -> None:

@@ -52,8 +52,9 @@ def detect(
     imgsz: int = imgsz_option(),
     max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per image (ultralytics' val: 300)."),
     metric: str = typer.Option("ultralytics", "--metric", metavar="ultralytics|coco",
-                               help="ultralytics: `yolo val`'s matching by IoU and trapezoid AP; coco: "
-                                    "pycocotools' matching by score and 101-point mean AP."),
+                               help="ultralytics: `yolo val`'s numbers (each prediction picks its best-IoU label, "
+                                    "the higher score keeps it; trapezoid AP); coco: pycocotools' COCOeval "
+                                    "(labels taken by score; 101-point mean AP)."),
     batch: int = grammar.batch(8),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),

@@ -5,10 +5,11 @@ Per image, each prediction is marked a true positive at each IoU threshold 0.50:
 (:func:`match`); over the dataset, per class, the predictions sorted by score give a
 precision/recall curve whose area is the class's AP (:func:`ap_per_class`). Two conventions:
 
-- ``ultralytics`` (``yolo val``'s numbers): at each threshold the (label, prediction) pairs of
-  one class with IoU >= threshold are taken greedily by IoU, highest first, each label and each
-  prediction once; AP is the trapezoid area under the monotone precision envelope sampled at 101
-  recall points (so a perfect class scores 0.995, not 1: the envelope drops to 0 at recall 1).
+- ``ultralytics`` (``yolo val``'s numbers): at each threshold each prediction picks the label of
+  its class with the highest IoU >= threshold, and a label picked by several goes to the first
+  prediction (highest score) alone; AP is the trapezoid area under the monotone precision
+  envelope sampled at 101 recall points (so a perfect class scores 0.995, not 1: the envelope
+  drops to 0 at recall 1).
 - ``coco`` (pycocotools' COCOeval, area range "all", no crowd labels, every prediction kept):
   each prediction, highest score first, takes the unmatched label of its class with the highest
   IoU >= threshold; AP is the mean of the envelope's precision at the 101 recall points (0 past
@@ -51,19 +52,18 @@ def match(pred_boxes: np.ndarray, pred_scores: np.ndarray, pred_classes: np.ndar
     iou = box_iou(label_boxes, pred_boxes)  # (labels, predictions)
     iou = iou * (np.asarray(label_classes)[:, None] == np.asarray(pred_classes)[None, :])  # same class only
     if method == "ultralytics":
+        # Each prediction picks the label with its highest IoU >= threshold (ties: the lower
+        # label index); a label picked by several goes to the first in the given order (the
+        # predictions come highest score first), the others are false positives even where a
+        # second label would have fitted them. That is `yolo val`'s rule, not a greedy by IoU.
         for j, threshold in enumerate(thresholds):
-            li, pi = np.nonzero(iou >= threshold)
-            if li.size == 0:
+            ok = iou >= threshold
+            chosen = np.flatnonzero(ok.any(axis=0))
+            if chosen.size == 0:
                 continue
-            # Highest IoU first; each prediction and each label in one pair at most.
-            order = np.argsort(-iou[li, pi], kind="stable")
-            used_l: set[int] = set()
-            used_p: set[int] = set()
-            for a, b in zip(li[order].tolist(), pi[order].tolist()):
-                if a not in used_l and b not in used_p:
-                    used_l.add(a)
-                    used_p.add(b)
-                    correct[b, j] = True
+            best = np.where(ok, iou, -1.0).argmax(axis=0)[chosen]
+            _, first = np.unique(best, return_index=True)
+            correct[chosen[first], j] = True
         return correct
     if method != "coco":
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
