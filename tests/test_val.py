@@ -186,6 +186,13 @@ def test_the_command_prints_the_table_and_json(tmp_path) -> None:
     assert [r.get("image", "").rsplit("/", 1)[-1] for r in records[:2]] == ["bus.jpg", "zidane.jpg"]
     metrics = records[-1]["metrics"]
     assert metrics["images"] == 2 and [c["name"] for c in metrics["classes"]] == ["person", "bus"]
+    saved = tmp_path / "out" / "predictions.json"
+    result = runner.invoke(app, ["val", "detect", str(data), "--weights", "random", "--imgsz", "320",
+                                 "--save-json", str(saved)])
+    assert result.exit_code == 0, result.output
+    found = json.loads(saved.read_text())
+    assert found and {r["image_id"] for r in found} <= {"bus", "zidane"}
+    assert all(len(r["bbox"]) == 4 and r["bbox"][2] >= 0 and 0 <= r["category_id"] < 80 for r in found)
 
 
 def test_the_command_reports_a_bad_label_file_and_carries_on(tmp_path) -> None:

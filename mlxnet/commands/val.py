@@ -39,6 +39,17 @@ def summary(result: Any, names: tuple[str, ...], images: int, method: str) -> di
             "recall": result.mr, "map50": result.map50, "map50_95": result.map, "classes": per_class}
 
 
+def coco_results(image: Path, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> list[dict]:
+    """One image's detections as COCO results records (ultralytics' naming of YOLO-format images:
+    the stem, as a number where it is one)."""
+    stem = image.stem
+    image_id: int | str = int(stem) if stem.isnumeric() else stem
+    return [{"image_id": image_id, "category_id": int(c),
+             "bbox": [round(float(b[0]), 3), round(float(b[1]), 3), round(float(b[2] - b[0]), 3),
+                      round(float(b[3] - b[1]), 3)], "score": round(float(s), 5)}
+            for b, s, c in zip(boxes, scores, classes)]
+
+
 @val.command("detect")
 def detect(
     data: Path = typer.Argument(..., metavar="DATA",
@@ -59,6 +70,10 @@ def detect(
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines("Print JSON Lines: one object per image, then the metrics."),
+    save_json: Optional[Path] = typer.Option(None, "--save-json", metavar="FILE",
+                                             help="Also write the predictions as a COCO results JSON (image_id: "
+                                                  "the image file's stem, a number where it is one; category_id: "
+                                                  "the class id; bbox: x, y, w, h in image pixels)."),
 ) -> None:
     """mAP50-95, mAP50, precision and recall, overall and per class, of a detector on the
     dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300)."""
@@ -80,6 +95,7 @@ def detect(
     jobs = [Job(Source(str(path), Path(path.name))) for path in dataset.images]
     stats = Stats()
     classes = len(dataset.names)
+    predictions: list[dict] = []  # COCO results, for --save-json
 
     def load():
         detector = load_model(lambda: family.predictor(weights, model, dtype))
@@ -97,6 +113,8 @@ def detect(
         _, boxes, ids = item
         correct = match(det.boxes, det.scores, det.classes, boxes, ids, metric)
         stats.add(correct, det.scores, det.classes, ids)  # the writer thread alone adds: no lock
+        if save_json is not None:
+            predictions.extend(coco_results(job.source.path, det.boxes, det.scores, det.classes))
         record = {"labels": int(len(ids)), "predictions": int(len(det)), "true_positives_50": int(correct[:, 0].sum())}
         return record, f"{job.name}: {len(ids)} labels, {len(det)} predictions, {record['true_positives_50']} " \
                        f"right at IoU 0.5"
@@ -111,6 +129,10 @@ def detect(
         if not e.exit_code or not stats.scores:
             raise
         failed = e  # reported per image; the metrics of the others still print
+    if save_json is not None:
+        from mlxnet.image import atomic_write_bytes
+
+        atomic_write_bytes(save_json, json.dumps(predictions).encode())
     result = ap_per_class(stats, metric)
     images = len(stats.scores)
     if as_json:
