@@ -86,3 +86,20 @@ def test_float32_limit_is_the_double_comparison() -> None:
         v = np.float32(t)
         near = [np.nextafter(v, np.float32(-1)), v, np.nextafter(v, np.float32(2))]
         assert [bool(x > definition._float32_limit(t)) for x in near] == [float(x) > t for x in near]
+
+
+def test_per_class_only_where_the_offsets_separate_the_classes() -> None:
+    """The split is taken for ordinary boxes and refused where a box reaches past ``max_wh``
+    into the next class's offset range, or is not finite (one pass over all keeps it exact)."""
+    b = np.array([[0, 0, 10, 10], [5, 5, 20, 20], [0, 0, 10, 10]], np.float32)
+    cls = np.array([0, 1, 1])
+    order = np.arange(3)
+    offset = b + (cls.astype(np.float32) * np.float32(7680))[:, None]
+    groups = definition._class_groups(offset, order, cls)
+    assert groups is not None and [g.tolist() for g in groups] == [[0], [1, 2]]
+    huge = b.copy()
+    huge[0] = [0, 0, 9000, 10]
+    assert definition._class_groups(huge + (cls * np.float32(7680))[:, None], order, cls) is None
+    bad = offset.copy()
+    bad[1, 2] = np.nan
+    assert definition._class_groups(bad, order, cls) is None

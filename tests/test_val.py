@@ -257,3 +257,13 @@ def test_coco_method_equals_pycocotools() -> None:
     assert result.ap.mean(axis=1).tolist() == pytest.approx(per_class, abs=1e-6)
     assert result.map == pytest.approx(float(np.mean(per_class)), abs=1e-6)
     assert result.map50 == pytest.approx(float(np.mean([precision[0, :, k].mean() for k in present])), abs=1e-6)
+
+
+def test_an_image_that_does_not_decode_fails_alone(tmp_path) -> None:
+    data = write_dataset(tmp_path)
+    (tmp_path / "images" / "val" / "broken.jpg").write_bytes(b"not a jpeg")
+    result = runner.invoke(app, ["val", "detect", str(data), "--weights", "random", "--imgsz", "320"])
+    assert result.exit_code == 1
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")][0].startswith(
+        f"error: {tmp_path / 'images' / 'val' / 'broken.jpg'}: ")
+    assert any(line.split()[:3] == ["all", "2", "2"] for line in result.stdout.splitlines())
