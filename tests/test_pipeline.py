@@ -197,3 +197,46 @@ def test_a_folder_of_many_letterbox_shapes_runs_to_the_end_on_the_gpu(tmp_path):
                          capture_output=True, text=True, env=env, timeout=500)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [json.loads(line)["image"] for line in out.stdout.splitlines()] == names
+
+
+def _kernel_choices(monkeypatch, tmp_path, *device: str) -> list[bool]:
+    """The use_kernels switches `mlxnet detect` makes on one small image."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    import mlxnet
+    from mlxnet.cli import app
+    from mlxnet.image import save_image
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    save_image(np.zeros((64, 96, 3), np.uint8), tmp_path / "a.png")
+    switched: list[bool] = []
+    real = mlxnet.use_kernels
+
+    def spy(enabled: bool):
+        switched.append(enabled)
+        return real(enabled)
+    monkeypatch.setattr(mlxnet, "use_kernels", spy)
+    result = CliRunner().invoke(app, ["detect", str(tmp_path / "a.png"), "-o", str(tmp_path / "out"), "--weights",
+                                      "random", "--imgsz", "64", *device])
+    assert result.exit_code == 0, result.output
+    return switched
+
+
+def test_detect_keeps_mlxnets_kernels_off_cuda(monkeypatch, tmp_path):
+    monkeypatch.delenv("MLXNET_KERNELS", raising=False)
+    assert _kernel_choices(monkeypatch, tmp_path, "--device", "cpu") == []
+
+
+@pytest.mark.gpu
+def test_detect_on_cuda_runs_mlxs_builtin_ops_unless_told(monkeypatch, tmp_path):
+    """On CUDA mlxnet's own kernels are compiled in every process for no faster YOLOv8 forward:
+    the command runs MLX's built-in ops there, unless MLXNET_KERNELS says otherwise."""
+    import mlx.core as mx
+
+    if not mx.cuda.is_available():
+        pytest.skip("a CUDA build's choice")
+    monkeypatch.delenv("MLXNET_KERNELS", raising=False)
+    assert _kernel_choices(monkeypatch, tmp_path, "--device", "gpu") == [False]
+    monkeypatch.setenv("MLXNET_KERNELS", "1")
+    assert _kernel_choices(monkeypatch, tmp_path / "again", "--device", "gpu") == []

@@ -3,6 +3,9 @@ request ultralytics' extras: only some classes, YOLO label files, crops
 (:mod:`mlxnet.commands.detect_outputs`)."""
 from __future__ import annotations
 
+import contextlib
+import os
+
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -131,24 +134,29 @@ def detect(
         return detector.predict_prepared(boxed, conf=conf, iou=iou, max_det=max_det, classes=wanted[0],
                                          batch_size=fixed_batch)
 
-    images_failed = False
-    if jobs:
-        try:
-            run_jobs(
-                jobs, batch, what="detect", as_json=as_json, load=load,
-                prepare=prepare,
-                predict=lambda detector, items: predict(detector, [boxed for _, boxed in items]),
-                finish=finish,
-                group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
-        except typer.Exit as e:
-            if not video_jobs or not e.exit_code:
-                raise
-            images_failed = True  # reported; the videos still run
-    if video_jobs:
-        failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
-                                  model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
-                                  predict=predict, track=track, stride=vid_stride)
-        if failed and len(video_jobs) > 1:
-            print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
-        if failed or images_failed:
-            raise typer.Exit(1)
+    # On CUDA, MLX compiles mlxnet's own GPU kernels again in every process (it keeps only its
+    # built-in kernels on disk), seconds before the first result, and a YOLOv8 forward is no
+    # faster with them there: the command runs MLX's built-in ops unless MLXNET_KERNELS says.
+    builtins = mlxnet.backend() == "cuda" and "MLXNET_KERNELS" not in os.environ
+    with mlxnet.use_kernels(False) if builtins else contextlib.nullcontext():
+        images_failed = False
+        if jobs:
+            try:
+                run_jobs(
+                    jobs, batch, what="detect", as_json=as_json, load=load,
+                    prepare=prepare,
+                    predict=lambda detector, items: predict(detector, [boxed for _, boxed in items]),
+                    finish=finish,
+                    group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
+            except typer.Exit as e:
+                if not video_jobs or not e.exit_code:
+                    raise
+                images_failed = True  # reported; the videos still run
+        if video_jobs:
+            failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
+                                      model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
+                                      predict=predict, track=track, stride=vid_stride)
+            if failed and len(video_jobs) > 1:
+                print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
+            if failed or images_failed:
+                raise typer.Exit(1)
