@@ -90,6 +90,10 @@ def detect(
         raise MlxnetError(f"--metric must be one of {', '.join(METHODS)}, got {metric!r}")
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
+    from mlxnet import distributed
+
+    if distributed.size() > 1:  # each rank would measure its shard alone: numbers no one asked for
+        raise MlxnetError("val runs in one process: its metrics are over every image (not under mlx.launch)")
     family = families.for_task(model or "yolov8n", "detect")
     dataset = ds.load(data)
     jobs = [Job(Source(str(path), Path(path.name))) for path in dataset.images]
