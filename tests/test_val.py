@@ -117,7 +117,8 @@ def write_dataset(root: Path, labels: dict[str, str] | None = None, yaml: str | 
     for name, text in (labels if labels is not None else {"bus": "0 0.5 0.5 0.2 0.4\n",
                                                           "zidane": "1 0.3 0.3 0.1 0.1\n"}).items():
         (root / "labels" / "val" / f"{name}.txt").write_text(text)
-    (root / "data.yaml").write_text(yaml if yaml is not None else "path: .\nval: images/val\nnames:\n  0: person\n  1: bus\n")
+    default = "path: .\nval: images/val\nnames:\n  0: person\n  1: bus\n"  # names as {id: name}
+    (root / "data.yaml").write_text(yaml if yaml is not None else default)
     return root / "data.yaml"
 
 
