@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from mlxnet.cli import app
 from mlxnet.errors import MlxnetError
 from mlxnet.evaluation import dataset as ds
-from mlxnet.evaluation.metrics import IOU_THRESHOLDS, Stats, ap_per_class, average_precision, curve, match
+from mlxnet.evaluation.metrics import Stats, ap_per_class, average_precision, curve, match
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
 runner = CliRunner()
@@ -218,7 +218,7 @@ def test_coco_method_equals_pycocotools() -> None:
     from pycocotools.cocoeval import COCOeval
 
     rng = np.random.default_rng(7)
-    images, gts, dts = [], [], []
+    images = []
     coco_images, coco_gts, coco_dts = [], [], []
     for image_id in range(1, 9):
         n = int(rng.integers(0, 6))
