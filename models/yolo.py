@@ -405,6 +405,11 @@ def seeded(scale: str = "n", seed: int = 1234, bn_gain: float = 1.0, head_gain: 
 ImageLike = ImageInput  # a path, a PIL image, a NumPy or MLX array (mlxnet.image.as_rgb)
 
 
+def _letterboxed(pixels: np.ndarray, imgsz: int) -> Letterboxed:
+    """Pixels already checked as RGB (:func:`mlxnet.image.as_rgb`), letterboxed for the network."""
+    return Letterboxed(pixels.shape[:2], letterbox(pixels, imgsz))
+
+
 class YOLO:
     """A YOLOv8 detector with ultralytics' predictor pipeline around the network.
 
@@ -438,8 +443,7 @@ class YOLO:
         """The host half of preprocessing, for one image: its pixels (see
         :func:`mlxnet.image.as_rgb`) letterboxed for the network. Host work only (OpenCV, NumPy),
         so it may run on reader threads while the device runs another batch."""
-        pixels = as_rgb(image, "YOLO.predict")
-        return Letterboxed(pixels.shape[:2], letterbox(pixels, imgsz))
+        return _letterboxed(as_rgb(image, "YOLO.predict"), imgsz)
 
     def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
                 imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
@@ -450,7 +454,7 @@ class YOLO:
         floating-point rounding (a batch's convolutions may sum in another order). ``classes``:
         class ids to keep (the others are dropped before NMS, as ultralytics' ``classes=`` does)."""
         pixels, single = as_rgb_images(images, "YOLO.predict")
-        results = self.predict_prepared([self.prepare(p, imgsz) for p in pixels], conf=conf, iou=iou,
+        results = self.predict_prepared([_letterboxed(p, imgsz) for p in pixels], conf=conf, iou=iou,
                                         max_det=max_det, agnostic=agnostic, classes=classes)
         return results[0] if single else results
 

@@ -46,7 +46,6 @@ from mlxnet.progress import ProgressBar
 
 Model = TypeVar("Model")
 Prepared = TypeVar("Prepared")
-Result = TypeVar("Result")
 
 _GLOB_CHARS = re.compile(r"[*?[]")
 
