@@ -137,7 +137,7 @@ class _Writer(Generic[Prepared, Result]):
     earlier image is written. The queue is short, so a slow disk holds the model back instead
     of results piling up in memory."""
 
-    def __init__(self, finish: Callable[[Job, Prepared, Result], tuple[dict, str]], display: ProgressBar,
+    def __init__(self, finish: Callable[[Job, Prepared, Result], tuple[dict, str | None]], display: ProgressBar,
                  as_json: bool, depth: int, times: StageTimes) -> None:
         self._finish, self._display, self._as_json, self.times = finish, display, as_json, times
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
@@ -196,7 +196,10 @@ class _Writer(Generic[Prepared, Result]):
             self.failed += 1
             report_failure(self._display, job, e, self._as_json)
         else:
-            self._display.out(json_line({"image": job.name, **record}) if self._as_json else line)
+            if self._as_json:
+                self._display.out(json_line({"image": job.name, **record}))
+            elif line is not None:  # None: the command reports at the end (val's table), not per image
+                self._display.out(line)
         self.times.add("write", since)
         self.times.written()
         self._display.advance()
@@ -265,14 +268,14 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
              load: Callable[[], Model],
              prepare: Callable[[Job], Prepared],
              predict: Callable[[Model, list[Prepared]], Sequence[Result]],
-             finish: Callable[[Job, Prepared, Result], tuple[dict, str]],
+             finish: Callable[[Job, Prepared, Result], tuple[dict, str | None]],
              group: Callable[[Prepared], Hashable] | None = None) -> None:
     """Run every job, ``batch`` images at a time, and end with exit code 1 if any failed.
 
     ``prepare(job)`` (on a reader thread) reads the job's image and what else it needs, checks
     it against the options and does the model's host preprocessing; ``predict(model, items)``
     (on the calling thread) runs a batch; ``finish(job, item, result)`` (on the writer thread)
-    writes the outputs and returns the JSON record and the text line. ``prepare`` and
+    writes the outputs and returns the JSON record and the text line (None: no line). ``prepare`` and
     ``finish`` work on host data only (NumPy, Pillow, files): MLX work belongs in ``predict``.
     ``group(item)``, if given, is a key that the items of one batch share. An error in any of
     them fails that image only; ``load()``'s error ends the command."""
