@@ -78,11 +78,12 @@ class ProgressBar:
 
 
 @contextmanager
-def progress_bar(what: str, total: int, *, quiet: bool = False, unit: str | None = None,
+def progress_bar(what: str, total: int | None, *, quiet: bool = False, unit: str | None = None,
                  status: bool = False, transient: bool = False) -> Iterator[ProgressBar]:
     """A :class:`ProgressBar` for ``total`` units of work: ``what``, the bar, the count, the rate
     in ``unit``/s (if given), the latest ``advance`` status (if ``status``), the time elapsed and
-    the ETA. ``transient``: the bar is erased when done (training draws one per epoch, then logs
+    the ETA (``total`` None: work of unknown size, a live video; the count, the rate and the time
+    elapsed, without a bar or an ETA). ``transient``: the bar is erased when done (training draws one per epoch, then logs
     the epoch's line in its place; a nested bar always is). The bar is stopped however the
     block ends."""
     console = _drawing[0] if _drawing else progress_console()
@@ -98,12 +99,15 @@ def progress_bar(what: str, total: int, *, quiet: bool = False, unit: str | None
             speed = task.finished_speed or task.speed
             return Text(f"{speed:.2f} {unit}/s" if speed else f"– {unit}/s", style="progress.data.speed")
 
-    columns: list[ProgressColumn | str] = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    columns: list[ProgressColumn | str] = [TextColumn("{task.description}")]
+    columns += [BarColumn(), MofNCompleteColumn()] if total is not None else [TextColumn("{task.completed}")]
     if unit:
         columns.append(RateColumn())
     if status:
         columns.append(TextColumn("{task.fields[status]}"))
-    columns += [TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+    columns.append(TimeElapsedColumn())
+    if total is not None:
+        columns += [TextColumn("ETA"), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=transient or bool(_drawing),
                   redirect_stdout=sys.stdout.isatty(), redirect_stderr=True) as bar:
         _drawing.append(console)

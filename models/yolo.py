@@ -13,9 +13,10 @@ checkpoint keys (``model.2.m.0.cv1.conv.weight``, ``model.22.dfl.conv.weight``..
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -29,6 +30,10 @@ from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec,
                             random_init, register_spec)
 
 from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, postprocess_batch, scale_boxes
+
+if TYPE_CHECKING:
+    from mlxnet.tracking import TrackerSettings
+    from mlxnet.video import FrameResult
 
 # [depth, width, max_channels] per scale, from yolov8.yaml.
 SCALES: dict[str, tuple[float, float, int]] = {
@@ -403,6 +408,8 @@ def seeded(scale: str = "n", seed: int = 1234, bn_gain: float = 1.0, head_gain: 
 
 
 ImageLike = ImageInput  # a path, a PIL image, a NumPy or MLX array (mlxnet.image.as_rgb)
+# A video file's path, a live source ("camera:0", a stream URL), or an iterator of frames (mlxnet.video)
+VideoSource = str | os.PathLike | Iterable[ImageLike]
 
 
 def _letterboxed(pixels: np.ndarray, imgsz: int) -> Letterboxed:
@@ -445,18 +452,74 @@ class YOLO:
         so it may run on reader threads while the device runs another batch."""
         return _letterboxed(as_rgb(image, "YOLO.predict"), imgsz)
 
-    def predict(self, images: ImageLike | Sequence[ImageLike], *, conf: float = 0.25, iou: float = 0.7,
-                imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
-                classes: Sequence[int] | None = None) -> Detections | list[Detections]:
+    def predict(self, images: ImageLike | Sequence[ImageLike] | VideoSource, *, conf: float = 0.25,
+                iou: float = 0.7, imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
+                classes: Sequence[int] | None = None, batch: int = 1
+                ) -> Detections | list[Detections] | Iterator[FrameResult]:
         """Detections for one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX array: see
         :func:`mlxnet.image.as_rgb`), or a list for a list. A list runs as batches of the images
         whose letterboxed shapes agree; each image's boxes are those it gets alone, up to
         floating-point rounding (a batch's convolutions may sum in another order). ``classes``:
-        class ids to keep (the others are dropped before NMS, as ultralytics' ``classes=`` does)."""
+        class ids to keep (the others are dropped before NMS, as ultralytics' ``classes=`` does).
+
+        A video (a file path with a video extension; a live source: ``camera:N``, a stream URL,
+        ``lavfi:GRAPH``) or an iterator of frames (a generator of images) gives a generator of
+        :class:`mlxnet.video.FrameResult`, one per frame in order, run ``batch`` frames at a time:
+        frames are decoded (and letterboxed, on a thread) only a few ahead of the model, so a long
+        video or an endless camera is never held in memory (:mod:`mlxnet.video` reads them)."""
+        from mlxnet.video import is_video_source
+
+        if is_video_source(images):
+            return self._frames(images, "YOLO.predict", None, conf=conf, iou=iou, imgsz=imgsz,
+                                max_det=max_det, agnostic=agnostic, classes=classes, batch=batch)
         pixels, single = as_rgb_images(images, "YOLO.predict")
         results = self.predict_prepared([_letterboxed(p, imgsz) for p in pixels], conf=conf, iou=iou,
                                         max_det=max_det, agnostic=agnostic, classes=classes)
         return results[0] if single else results
+
+    def track(self, source: VideoSource | Sequence[ImageLike], *, conf: float = 0.1, iou: float = 0.7,
+              imgsz: int = 640, max_det: int = 300, agnostic: bool = False, classes: Sequence[int] | None = None,
+              batch: int = 1, tracker: TrackerSettings | None = None) -> Iterator[FrameResult]:
+        """:meth:`predict` on a video, a live source or frames (an iterator or a list, in order),
+        followed by ByteTrack (:class:`mlxnet.tracking.ByteTracker`, ultralytics' settings unless
+        ``tracker`` says): a generator of :class:`mlxnet.video.FrameResult` whose detections are
+        those of confirmed tracks and whose ``ids`` are their track ids. ``conf`` defaults to 0.1,
+        as ultralytics' ``track``, so that ByteTrack's second stage gets low-scoring boxes. The
+        lost-track buffer scales with the video's frame rate (30 frames/s for frames given as
+        images)."""
+        from mlxnet.tracking import ByteTracker
+        from mlxnet.video import is_video_source
+
+        if not is_video_source(source) and not (isinstance(source, Sequence) and not isinstance(source, str)):
+            raise MlxnetError(f"YOLO.track: expected a video path, a live source, or frames (an iterator or a "
+                              f"list of images); got {type(source).__name__}")
+        return self._frames(source if is_video_source(source) else iter(source), "YOLO.track",
+                            lambda fps: ByteTracker(frame_rate=fps, settings=tracker), conf=conf, iou=iou,
+                            imgsz=imgsz, max_det=max_det, agnostic=agnostic, classes=classes, batch=batch)
+
+    def _frames(self, source: VideoSource, what: str, make_tracker: Callable[[float], Any] | None, *,
+                imgsz: int, batch: int, **options: Any) -> Iterator[FrameResult]:
+        """Frames through the model ``batch`` at a time (and the tracker, in order): the source is
+        opened now, so a bad one fails at the call; frames are read as the generator is advanced."""
+        from mlxnet.video import FrameResult, open_frames, read_ahead
+
+        if batch < 1:
+            raise MlxnetError(f"{what}: batch must be at least 1, got {batch}")
+        info, frames = open_frames(source, what)
+        prepared: Iterator = ((f, _letterboxed(f.rgb, imgsz)) for f in frames)
+        if info is not None:  # a file or stream: decoding and the letterbox run ahead on a thread
+            prepared = read_ahead(prepared, depth=max(2 * batch, 4))
+        tracker = make_tracker(float(info.fps) if info is not None else 30.0) if make_tracker else None
+
+        def run() -> Iterator[FrameResult]:
+            while members := list(itertools.islice(prepared, batch)):
+                found = self.predict_prepared([boxed for _, boxed in members], **options)
+                for (frame, _), det in zip(members, found):
+                    ids = None
+                    if tracker is not None:
+                        det, ids = tracker.update_detections(det)
+                    yield FrameResult(frame, det, ids)
+        return run()
 
     def predict_prepared(self, items: Sequence[Letterboxed], *, conf: float = 0.25, iou: float = 0.7,
                          max_det: int = 300, agnostic: bool = False, classes: Sequence[int] | None = None,

@@ -43,9 +43,30 @@ def max_det_option(per: str) -> Any:
     return typer.Option(300, "--max-det", min=1, help=f"Most detections per {per}.")
 
 
+# Live sources and their limits, shared with `mlxnet track`.
+def source_option() -> Any:
+    return typer.Option(None, "--source", metavar="SOURCE",
+                        help="A source besides SOURCE...: a video or image, or a live one: camera:N (AVFoundation on "
+                             "macOS, V4L2 on Linux), an rtsp:// or http(s):// stream URL, lavfi:GRAPH (FFmpeg's "
+                             "synthetic sources). A live source runs until Ctrl+C or --max-frames.",
+                        show_default=False)
+
+
+def max_frames_option() -> Any:
+    return typer.Option(None, "--max-frames", min=1, metavar="N",
+                        help="Videos: stop each after N frames run (the end of a live source).")
+
+
+def show_option() -> Any:
+    return typer.Option(False, "--show", help="Videos: show the annotated frames in a window as they are written "
+                                              "(q stops a live source; needs OpenCV with GUI support).")
+
+
 def detect(
-    images: List[str] = grammar.sources(grammar.SOURCES_HELP + " Video files (.mp4, .mov, .mkv, .avi...) too, "
-                                        "alone or in folders and patterns: each written annotated, frame by frame."),
+    images: Optional[List[str]] = typer.Argument(
+        None, metavar="SOURCE...", show_default=False,
+        help=grammar.SOURCES_HELP + " Video files (.mp4, .mov, .mkv, .avi...) too, alone or in folders and patterns: "
+             "each written annotated, frame by frame; and live sources (see --source)."),
     output: str = grammar.output(grammar.OUTPUT_HELP + " With one video, a path with a video extension (.mp4)."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
     weights: Optional[str] = detector_weights(),
@@ -74,6 +95,9 @@ def detect(
                                    help="Videos: run on every N-th frame and write those (the rate divided by N)."),
     track: bool = typer.Option(False, "--track", help="Videos: follow objects with ByteTrack and label each "
                                                       "box with its track id (as `mlxnet track`)."),
+    source: Optional[List[str]] = source_option(),
+    max_frames: Optional[int] = max_frames_option(),
+    show: bool = show_option(),
 ) -> None:
     """Detect objects in each image or video and write a labelled copy to OUTPUT."""
     grammar.apply_device(device)
@@ -89,7 +113,9 @@ def detect(
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
     names = read_labels(labels) if labels is not None else None
     # Videos (files, or found in folders and patterns) go through the frame pipeline; the rest are images.
-    arguments = list(images)
+    arguments = [*(images or []), *(source or [])]
+    if not arguments:
+        raise MlxnetError("no source: give SOURCE... or --source (a file, folder, pattern, URL or camera:N)")
     images, videos = video.split_sources(arguments, Path(output))
     if track and images:
         raise MlxnetError(f"{images[0]}: tracking follows objects through a video; this is no video file "
@@ -155,7 +181,8 @@ def detect(
         if video_jobs:
             failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
                                       model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
-                                      predict=predict, track=track, stride=vid_stride)
+                                      predict=predict, track=track, stride=vid_stride, max_frames=max_frames,
+                                      show=show)
             if failed and len(video_jobs) > 1:
                 print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
             if failed or images_failed:

@@ -11,12 +11,14 @@ import typer
 
 from mlxnet.commands import grammar
 from mlxnet.commands.detect import (detector_weights, imgsz_option, iou_option, labels_option,
-                                    max_det_option)
+                                    max_det_option, max_frames_option, show_option, source_option)
 
 
 def track(
-    videos: List[str] = grammar.sources("Video files (.mp4, .mov, .mkv, .avi...), folders (searched recursively) "
-                                        "or quoted glob patterns ('clips/*.mp4')."),
+    videos: Optional[List[str]] = typer.Argument(
+        None, metavar="SOURCE...", show_default=False,
+        help="Video files (.mp4, .mov, .mkv, .avi...), folders (searched recursively), quoted glob patterns "
+             "('clips/*.mp4') or live sources (see --source)."),
     output: str = grammar.output("Folder for the annotated videos (inputs keep their relative paths below it); "
                                  "with one video, a path with a video extension (.mp4) is the file itself."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
@@ -37,10 +39,14 @@ def track(
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines(),
+    source: Optional[List[str]] = source_option(),
+    max_frames: Optional[int] = max_frames_option(),
+    show: bool = show_option(),
 ) -> None:
     """Track objects through each video with ByteTrack and write it with ids on the boxes to OUTPUT."""
     from mlxnet.commands.detect import detect
 
     detect(images=videos, output=output, model=model, weights=weights, labels=labels, conf=conf, iou=iou,
            imgsz=imgsz, max_det=max_det, classes=classes, save_txt=False, save_conf=False, save_crop=False,
-           vid_stride=vid_stride, batch=batch, dtype=dtype, device=device, as_json=as_json, track=True)
+           vid_stride=vid_stride, batch=batch, dtype=dtype, device=device, as_json=as_json, track=True,
+           source=source, max_frames=max_frames, show=show)

@@ -1,8 +1,9 @@
 """Videos through `mlxnet detect` and `mlxnet track`: which sources are videos, where their outputs
 go, and the frame pipeline.
 
-Sources: a file argument with a video extension (:data:`mlxnet.video.VIDEO_EXTENSIONS`) is a video;
-folders and patterns yield their videos as well as their images (same rules as images: sorted,
+Sources: a file argument with a video extension (:data:`mlxnet.video.VIDEO_EXTENSIONS`) is a video,
+and so is a live source (``camera:N``, a stream URL, ``lavfi:GRAPH``: :func:`mlxnet.video.live_source`,
+written as ``NAME.mp4`` after its source); folders and patterns yield their videos as well as their images (same rules as images: sorted,
 hidden names and the output folder skipped). The images go on through the image pipeline
 (:mod:`mlxnet.commands.pipeline`), the videos through :func:`run_videos`.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,7 +29,8 @@ import numpy as np
 from mlxnet.commands.images import Job, Source, _pattern_base, expand_inputs, is_pattern, json_line
 from mlxnet.errors import MlxnetError
 from mlxnet.progress import ProgressBar, progress_bar
-from mlxnet.video import is_video_name, output_name
+from mlxnet.commands.show import Viewer
+from mlxnet.video import FrameResult, is_live, is_video_name, live_source, output_name
 
 _END = object()  # end of a video's frames
 
@@ -81,6 +82,12 @@ def split_sources(args: Sequence[str], skip: Path | None) -> tuple[list[str], li
     videos: list[Source] = []
     seen: set[str] = set()
     for arg in args:
+        live = live_source(arg) if is_live(arg) and not os.path.lexists(arg) else None
+        if live is not None:  # camera:N, lavfi:GRAPH, a stream URL: one video, named after its source
+            if arg not in seen:
+                seen.add(arg)
+                videos.append(Source(arg, Path(f"{live.stem}.mp4")))
+            continue
         if remote.has_scheme(arg):
             image_args.append(arg)
             continue
@@ -115,11 +122,11 @@ def names_one_video(args: Sequence[str], output: str) -> bool:
     be written as one image (nor made into a folder of that name)."""
     from mlxnet.image import readable_extensions
 
-    if (len(args) == 1 and is_video_name(args[0]) and not os.path.isdir(output)
-            and os.path.splitext(output)[1].lower() in readable_extensions()):
+    one = len(args) == 1 and (is_video_name(args[0]) or is_live(args[0]))
+    if one and not os.path.isdir(output) and os.path.splitext(output)[1].lower() in readable_extensions():
         raise MlxnetError(f"{output}: a video's output is a video (.mp4, .mov, .mkv, .avi) or a folder, "
                           "not an image file")
-    return (len(args) == 1 and is_video_name(args[0]) and not os.path.isdir(args[0]) and not is_pattern(args[0])
+    return (one and not os.path.isdir(args[0]) and not is_pattern(args[0])
             and not os.path.isdir(output) and not output.endswith(("/", os.sep)) and is_video_name(output))
 
 
@@ -151,45 +158,27 @@ def check_video_outputs(jobs: Sequence[Job], others: Sequence[Job] = ()) -> None
 
 # --- Running ---------------------------------------------------------------------------------------
 
-@dataclass
-class FrameResult:
-    """A frame on its way to the writer: the frame, its detections and (tracking) their ids."""
-
-    frame: Any  # mlxnet.video.Frame
-    det: Any  # the family's detections (boxes, scores, classes, names; to_list, render)
-    ids: np.ndarray | None = None
-
-
-def render(result: FrameResult) -> np.ndarray:
-    """The frame with its boxes drawn: as the image commands draw them, and with tracking each
-    box labelled ``id:N name score`` in its track's colour (one colour per object over time)."""
-    if result.ids is None:
-        return result.det.render(result.frame.rgb)
-    from mlxnet.image import draw_boxes
-
-    det = result.det
-    labels = [f"id:{i} {det.names[c]} {s:.2f}" for i, c, s in zip(result.ids, det.classes, det.scores)]
-    return draw_boxes(result.frame.rgb, det.boxes, labels, colour_ids=[int(i) for i in result.ids])
+def reader_source(job: Job) -> str | Path:
+    """What :class:`mlxnet.video.VideoReader` opens for a job: a live source as given (a URL keeps
+    its ``//``), a file by its path."""
+    return job.source.name if is_live(job.source.name) else job.source.path
 
 
 def frame_record(job: Job, result: FrameResult) -> dict:
-    rows = result.det.to_list()
-    if result.ids is not None:
-        rows = [{"id": int(i), **row} for i, row in zip(result.ids, rows)]
-    return {"video": job.name, "frame": result.frame.index, "time": round(result.frame.time, 4),
-            "output": str(job.outputs[0]), "detections": rows}
+    time = result.frame.time
+    return {"video": job.name, "frame": result.frame.index, "time": None if time is None else round(time, 4),
+            "output": str(job.outputs[0]), "detections": result.to_list()}
 
 
-def make_tracker(fps: float) -> Callable[[Any], FrameResult]:
-    """A fresh ByteTrack tracker for one video: detections in, the tracked ones with their ids out."""
+def make_tracker(fps: float) -> Callable[[Any, Any], FrameResult]:
+    """A fresh ByteTrack tracker for one video: a frame and its detections in, the tracked ones
+    with their ids out."""
     from mlxnet.tracking import ByteTracker
 
     tracker = ByteTracker(frame_rate=fps)
 
     def track(frame: Any, det: Any) -> FrameResult:
-        kept, ids = tracker.update(det.boxes, det.scores, det.classes)
-        sub = replace(det, boxes=det.boxes[kept], scores=det.scores[kept], classes=det.classes[kept])
-        return FrameResult(frame, sub, ids)
+        return FrameResult(frame, *tracker.update_detections(det))
     return track
 
 
@@ -206,13 +195,16 @@ def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
 
 def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model: Callable[[], Any],
              prepare: Callable[[np.ndarray], Any], predict: Callable[[Any, list[Any]], Sequence[Any]],
-             track: bool, stride: int = 1) -> int:
-    """One video through the three stages; returns its frame count, raises its one failure."""
+             track: bool, stride: int = 1, max_frames: int | None = None, viewer: Viewer | None = None
+             ) -> tuple[int, bool]:
+    """One video through the three stages; returns its frame count and whether it was stopped
+    (a live source ended by Ctrl+C or the window's q: its file is finished all the same); raises
+    its one failure."""
     from mlxnet.image import atomic_write
     from mlxnet.video import VideoReader, VideoWriter, container_format
 
     target = job.outputs[0]
-    reader = VideoReader(job.source.path)
+    reader = VideoReader(reader_source(job))
     window = max(4 * batch, 8)
     decoded: queue.Queue = queue.Queue(maxsize=window)
     to_write: queue.Queue = queue.Queue(maxsize=window)
@@ -222,6 +214,7 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
 
     def decode() -> None:
         try:
+            kept = 0
             for frame in reader.frames():
                 if frame.index % stride:
                     display.advance()  # decoded (the bar counts the input's frames), not run
@@ -229,6 +222,9 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
                 # The letterbox runs here, with the decoding: host work the model need not wait for.
                 if not _put(decoded, (frame, prepare(frame.rgb)), stop):
                     return
+                kept += 1
+                if max_frames is not None and kept >= max_frames:
+                    break  # a live source never ends: this is its end
             _put(decoded, _END, stop)
         except BaseException as e:  # noqa: BLE001 - the video's failure, raised on the calling thread
             _put(decoded, e, stop)
@@ -244,7 +240,10 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
                     break
                 if isinstance(item, BaseException):
                     raise item
-                writer.write(render(item))
+                annotated = item.render()
+                writer.write(annotated)
+                if viewer is not None:
+                    viewer.offer(annotated)
                 try:
                     if as_json:
                         display.out(json_line(frame_record(job, item)))
@@ -270,6 +269,7 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
     writing = threading.Thread(target=write, name="mlxnet-video-writer", daemon=True)
     tracker = make_tracker(float(info.fps / stride)) if track else None
     frames = 0
+    stopped = False
     reading.start()
     writing.start()
     try:
@@ -278,29 +278,39 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
         except Exception as e:  # noqa: BLE001 - unwrapped by run_videos
             raise _LoadFailed() from e
         done = False
-        while not done and not stop.is_set():
-            members: list[tuple[Any, Any]] = []
-            while len(members) < batch:
-                item = decoded.get()
-                if item is _END:
-                    done = True
+        try:
+            while not done and not stop.is_set():
+                members: list[tuple[Any, Any]] = []
+                while len(members) < batch:
+                    item = decoded.get()
+                    if item is _END:
+                        done = True
+                        break
+                    if isinstance(item, BaseException):
+                        raise item
+                    members.append(item)
+                if not members:
                     break
-                if isinstance(item, BaseException):
-                    raise item
-                members.append(item)
-            if not members:
-                break
-            results = predict(runner, [boxed for _, boxed in members])
-            for (frame, _), det in zip(members, results):
-                to_write.put(tracker(frame, det) if tracker is not None else FrameResult(frame, det))
-            frames += len(members)
+                results = predict(runner, [boxed for _, boxed in members])
+                for (frame, _), det in zip(members, results):
+                    to_write.put(tracker(frame, det) if tracker is not None else FrameResult(frame, det))
+                frames += len(members)
+                if viewer is not None and not viewer.show():
+                    stopped = True  # the window's q, or the window closed: as Ctrl+C
+                    break
+        except KeyboardInterrupt:
+            if not reader.live:
+                raise  # a file is abandoned: nothing under its name
+            stopped = True  # Ctrl+C is how a live source ends: its file is finished below
+        if stopped:
+            stop.set()  # the reader stops; frames already handed to the writer are written
         if failure:
             raise failure[0]
         to_write.put(_END)
         writing.join()
         if failure:
             raise failure[0]
-        return frames
+        return frames, stopped
     except BaseException as e:
         stop.set()
         if writing.is_alive():
@@ -312,8 +322,11 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
         raise
     finally:
         stop.set()
-        reading.join()
-        reader.close()
+        # A live source's reader may wait on the device or the network (FFmpeg's own timeout
+        # ends that wait); the container is closed only once the reader has let go of it.
+        reading.join(timeout=10 if reader.live else None)
+        if not reading.is_alive():
+            reader.close()
 
 
 def _declared_frames(jobs: Sequence[Job]) -> int | None:
@@ -322,6 +335,8 @@ def _declared_frames(jobs: Sequence[Job]) -> int | None:
 
     total = 0
     for job in jobs:
+        if is_live(job.source.name):
+            return None  # no count; and a camera is opened once, when its turn comes
         try:
             with VideoReader(job.source.path) as reader:
                 if not reader.info.frames:
@@ -334,32 +349,45 @@ def _declared_frames(jobs: Sequence[Job]) -> int | None:
 
 def run_videos(jobs: Sequence[Job], *, batch: int, what: str, as_json: bool, model: Callable[[], Any],
                prepare: Callable[[np.ndarray], Any], predict: Callable[[Any, list[Any]], Sequence[Any]],
-               track: bool = False, stride: int = 1) -> int:
+               track: bool = False, stride: int = 1, max_frames: int | None = None, show: bool = False) -> int:
     """Every video job, one after another; returns how many failed (each reported in one line,
     ``{"video": ..., "error": ...}`` under ``--json``). ``model()`` loads the weights once (its
     error ends the command); ``prepare(rgb)`` is the family's letterbox; ``predict(model, items)``
     runs a batch. ``stride``: run and write every stride-th frame (ultralytics' ``vid_stride``),
-    the output's rate divided by it."""
+    the output's rate divided by it; ``max_frames``: at most this many frames of each source are
+    run and written; ``show``: the annotated frames in a window as they are written.
+
+    A live source is stopped by Ctrl+C (or the window's q): its output is finished and reported
+    (``... (stopped)``) and the command ends there, without running the sources after it."""
+    viewer = Viewer.open() if show else None
     failed = 0
-    with progress_bar(what, _declared_frames(jobs), quiet=as_json, unit="frame") as display:  # type: ignore[arg-type]
-        for job in jobs:
-            try:
-                frames = _run_one(job, batch=batch, as_json=as_json, display=display, model=model,
-                                  prepare=prepare, predict=predict, track=track, stride=stride)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except _LoadFailed as e:
-                raise e.__cause__ from None  # type: ignore[misc]
-            except Exception as e:  # noqa: BLE001 - this video fails, the others go on
-                failed += 1
-                if isinstance(e, MlxnetError) and str(e).startswith(f"{job.source.path}: "):
-                    e = MlxnetError(str(e)[len(str(job.source.path)) + 2:])
-                display.err(f"error: {job.name}: {_reason(e)}")
-                if as_json:
-                    display.out(json_line({"video": job.name, "error": _reason(e)}))
-                continue
-            if not as_json:
-                display.out(f"{job.name}: {frames} frames -> {job.outputs[0]}")
+    try:
+        with progress_bar(what, _declared_frames(jobs), quiet=as_json, unit="frame") as display:  # type: ignore[arg-type]
+            for job in jobs:
+                try:
+                    frames, stopped = _run_one(job, batch=batch, as_json=as_json, display=display, model=model,
+                                               prepare=prepare, predict=predict, track=track, stride=stride,
+                                               max_frames=max_frames, viewer=viewer)
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except _LoadFailed as e:
+                    raise e.__cause__ from None  # type: ignore[misc]
+                except Exception as e:  # noqa: BLE001 - this video fails, the others go on
+                    failed += 1
+                    prefix = f"{reader_source(job)}: "
+                    if isinstance(e, MlxnetError) and str(e).startswith(prefix):
+                        e = MlxnetError(str(e)[len(prefix):])
+                    display.err(f"error: {job.name}: {_reason(e)}")
+                    if as_json:
+                        display.out(json_line({"video": job.name, "error": _reason(e)}))
+                    continue
+                if not as_json:
+                    display.out(f"{job.name}: {frames} frames -> {job.outputs[0]}{' (stopped)' if stopped else ''}")
+                if stopped:
+                    break
+    finally:
+        if viewer is not None:
+            viewer.close()
     return failed
 
 

@@ -24,8 +24,9 @@ class-agnostic, as ultralytics' is: a box's class does not gate its match.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -186,6 +187,15 @@ class ByteTracker:
 
         shown = sorted((t.det, t.id) for t in self._tracked if t.confirmed and t.det >= 0)
         return (np.array([d for d, _ in shown], np.int64), np.array([i for _, i in shown], np.int64))
+
+    def update_detections(self, detections: Any) -> tuple[Any, np.ndarray]:
+        """:meth:`update` for a detector's result (a dataclass with ``boxes``, ``scores`` and
+        ``classes``, as ``YOLO.predict`` returns): the same kind of result holding only the
+        detections of confirmed tracks, and their ids."""
+        kept, ids = self.update(detections.boxes, detections.scores, detections.classes)
+        tracked = replace(detections, boxes=detections.boxes[kept], scores=detections.scores[kept],
+                          classes=detections.classes[kept])
+        return tracked, ids
 
     def _cost(self, tracks: list[_Track], boxes: np.ndarray, scores: np.ndarray | None) -> np.ndarray:
         similarity = iou_matrix(np.array([t.box() for t in tracks]).reshape(-1, 4), boxes)
