@@ -135,13 +135,31 @@ def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
         b = b + (np.array(classes).astype(np.float32) * np.float32(max_wh))[:, None]
     order = candidates[np.argsort(-s[candidates], kind="stable")]
     areas = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    groups = _class_groups(b, order, np.array(classes)) if classes is not None else None
+    cls = np.array(classes) if classes is not None else None
+    # A box's fate depends only on the boxes before it in score order, so NMS over a prefix of
+    # the order keeps exactly the boxes the whole run keeps in that prefix: once a prefix holds
+    # max_det kept boxes, they are the answer. At conf 0.001 (tens of thousands of candidates,
+    # most of them far below the 300th kept box) the prefix is a small part of the work.
+    size = min(order.size, _FIRST_PREFIX * max_det)
+    while True:
+        keep = _kept(b, areas, order[:size], cls, iou_threshold, max_det)
+        if len(keep) >= max_det or size >= order.size:
+            return mx.array(np.asarray(keep, dtype=np.int32))
+        size = min(order.size, size * 4)
+
+
+# The first prefix of the score order tried (times max_det); each retry takes four times more.
+_FIRST_PREFIX = 4
+
+
+def _kept(b: np.ndarray, areas: np.ndarray, order: np.ndarray, cls: np.ndarray | None, iou_threshold: float,
+          max_det: int) -> list[int]:
+    """The first ``max_det`` boxes of ``order`` kept by greedy NMS (class-aware given ``cls``)."""
+    groups = _class_groups(b, order, cls) if cls is not None else None
     if groups is None:
-        keep = _greedy(b, areas, order, iou_threshold, max_det)
-    else:
-        # Each class's kept boxes, back in the global score order (ties: lower index first).
-        rank = np.empty(b.shape[0], np.int64)
-        rank[order] = np.arange(order.size)
-        kept = np.concatenate([np.asarray(_greedy(b, areas, g, iou_threshold, max_det), np.int64) for g in groups])
-        keep = kept[np.argsort(rank[kept], kind="stable")][:max_det].tolist()
-    return mx.array(np.asarray(keep, dtype=np.int32))
+        return _greedy(b, areas, order, iou_threshold, max_det)
+    # Each class's kept boxes, back in the global score order (ties: lower index first).
+    rank = np.empty(b.shape[0], np.int64)
+    rank[order] = np.arange(order.size)
+    kept = np.concatenate([np.asarray(_greedy(b, areas, g, iou_threshold, max_det), np.int64) for g in groups])
+    return kept[np.argsort(rank[kept], kind="stable")][:max_det].tolist()
