@@ -181,12 +181,20 @@ def test_the_command_prints_the_table_and_json(tmp_path) -> None:
     header = next(i for i, line in enumerate(lines) if "mAP50-95" in line)
     assert lines[header].split() == ["Class", "Images", "Instances", "Box(P", "R", "mAP50", "mAP50-95)"]
     assert lines[header + 1].split()[:3] == ["all", "2", "2"]
-    assert [line.split()[0] for line in lines[header + 2:]] == ["person", "bus"]
+    assert [line.split()[0] for line in lines[header + 2:-1]] == ["person", "bus"]
+    # Quiet by default: the table and the speed line, no line per image (those come with --verbose).
+    assert header == 0 and lines[-1].startswith("Speed: ") and "images/s" in lines[-1]
+    assert all(word in lines[-1] for word in ("decode", "forward", "NMS"))
+    verbose = runner.invoke(app, ["val", "detect", str(data), "--weights", "random", "--imgsz", "320", "-v"])
+    assert [line.split(":")[0].rsplit("/", 1)[-1] for line in verbose.stdout.splitlines()[:2]] == ["bus.jpg",
+                                                                                                "zidane.jpg"]
     result = runner.invoke(app, ["val", "detect", str(data), "--weights", "random", "--imgsz", "320", "--json"])
     records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert [r.get("image", "").rsplit("/", 1)[-1] for r in records[:2]] == ["bus.jpg", "zidane.jpg"]
-    metrics = records[-1]["metrics"]
+    metrics, speed = records[-1]["metrics"], records[-1]["speed"]
     assert metrics["images"] == 2 and [c["name"] for c in metrics["classes"]] == ["person", "bus"]
+    assert speed["images"] == 2 and speed["images_per_s"] > 0 and speed["seconds"] > 0
+    assert all(speed[f"{stage}_ms"] > 0 for stage in ("decode", "forward", "nms"))
     saved = tmp_path / "out" / "predictions.json"
     result = runner.invoke(app, ["val", "detect", str(data), "--weights", "random", "--imgsz", "320",
                                  "--save-json", str(saved)])

@@ -1,20 +1,28 @@
-"""`mlxnet val detect DATA`: a detector's mAP on a labelled YOLO-format dataset, at ultralytics'
-validation settings, through the image pipeline (read ahead, batches of one letterbox shape)."""
+"""`mlxnet val`: a model measured on your own labelled data, through the image pipeline (read
+ahead, batches of one letterbox shape). ``val detect``: a detector's mAP on a YOLO-format or
+COCO-format dataset at ultralytics' validation settings; ``val classify``
+(:mod:`mlxnet.commands.val_classify`): top-1 / top-5 accuracy on an ImageFolder tree.
+
+Text output is a progress bar (on a terminal), then the table and a speed line; ``--verbose``
+adds a line per image, ``--json`` prints JSON Lines (one object per image, then the metrics)."""
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import typer
 
 from mlxnet.commands import grammar
 from mlxnet.commands.detect import detector_weights, imgsz_option
+from mlxnet.commands.val_classify import classify as _classify
 from mlxnet.errors import MlxnetError
 
 val = typer.Typer(name="val", no_args_is_help=True, help="Measure a model on your own labelled data.")
+val.command("classify")(_classify)
 
 
 def table(result: Any, names: tuple[str, ...], images: int) -> str:
@@ -39,22 +47,77 @@ def summary(result: Any, names: tuple[str, ...], images: int, method: str) -> di
             "recall": result.mr, "map50": result.map50, "map50_95": result.map, "classes": per_class}
 
 
-def coco_results(image: Path, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> list[dict]:
-    """One image's detections as COCO results records (ultralytics' naming of YOLO-format images:
-    the stem, as a number where it is one)."""
-    stem = image.stem
-    image_id: int | str = int(stem) if stem.isnumeric() else stem
-    return [{"image_id": image_id, "category_id": int(c),
-             "bbox": [round(float(b[0]), 3), round(float(b[1]), 3), round(float(b[2] - b[0]), 3),
-                      round(float(b[3] - b[1]), 3)], "score": round(float(s), 5)}
-            for b, s, c in zip(boxes, scores, classes)]
+def stem_id(image: Path) -> int | str:
+    """ultralytics' image id of a YOLO-format image: the file stem, as a number where it is one."""
+    return int(image.stem) if image.stem.isnumeric() else image.stem
+
+
+def coco_results(image_id: int | str, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
+                 category: Callable[[int], int | None] = int) -> list[dict]:
+    """One image's detections as COCO results records; ``category(class)``: the category id of
+    a class index, None for a class the dataset has no category for (left out)."""
+    records = []
+    for b, s, c in zip(boxes, scores, classes):
+        cid = category(int(c))
+        if cid is not None:
+            records.append({"image_id": image_id, "category_id": cid,
+                            "bbox": [round(float(b[0]), 3), round(float(b[1]), 3), round(float(b[2] - b[0]), 3),
+                                     round(float(b[3] - b[1]), 3)], "score": round(float(s), 5)})
+    return records
+
+
+@dataclass
+class Labelled:
+    """What val detect measures against, whatever the format: the images, each image's labels
+    (boxes in pixels, class indices of the model) and id for --save-json, and the class names."""
+
+    source: str  # the data.yaml or the COCO JSON, as messages name it
+    images: list[Path]
+    labels: Callable[[Path, int, int], tuple[np.ndarray, np.ndarray]]  # (image, width, height) -> boxes, classes
+    image_id: Callable[[Path], int | str]
+    category: Callable[[int], int | None]
+    names: tuple[str, ...]
+
+
+def yolo_format(data: Path) -> Labelled:
+    from mlxnet.evaluation import dataset as ds
+
+    dataset = ds.load(data)
+    classes = len(dataset.names)
+    return Labelled(str(dataset.yaml), dataset.images,
+                    lambda image, w, h: ds.read_labels(image, w, h, classes), stem_id, int, dataset.names)
+
+
+def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]) -> Labelled:
+    """A COCO file's images and labels, its categories mapped to the model's classes by name."""
+    from mlxnet.evaluation import coco
+
+    dataset = coco.load(data, images)
+    to_class = coco.class_map(dataset, model_names)
+    to_category = {c: cid for cid, c in to_class.items()}
+    if dataset.crowd:
+        print(f"note: {dataset.crowd} crowd annotation{'s' if dataset.crowd > 1 else ''} of {data} left out "
+              "(as ultralytics' COCO converter does)", file=sys.stderr, flush=True)
+
+    def labels(image: Path, _w: int, _h: int) -> tuple[np.ndarray, np.ndarray]:
+        found = dataset.by_path[str(image)]
+        return found.boxes, np.array([to_class[c] for c in found.categories.tolist()], np.int64)
+
+    return Labelled(str(data), [image.path for image in dataset.images], labels,
+                    lambda image: dataset.by_path[str(image)].id, to_category.get, model_names)
 
 
 @val.command("detect")
 def detect(
     data: Path = typer.Argument(..., metavar="DATA",
                                 help="A YOLO-format dataset: its data.yaml (path, val, names), or a folder "
-                                     "holding one. Labels: the image path with /images/ -> /labels/ and .txt."),
+                                     "holding one (labels: the image path with /images/ -> /labels/ and .txt); "
+                                     "or a COCO instances JSON (categories mapped to the model's classes by name; "
+                                     "images found beside it, or --images)."),
+    images: Optional[Path] = typer.Option(None, "--images", metavar="DIR",
+                                          help="COCO format: the folder the JSON's file_names are relative to "
+                                               "(default: ../images/<split>, ../<split>, <split>, images or the "
+                                               "JSON's folder, the first holding the first image)."),
     model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
     weights: Optional[str] = detector_weights(),
     conf: float = typer.Option(0.001, "--conf", min=0.0, max=1.0,
@@ -62,6 +125,9 @@ def detect(
     iou: float = typer.Option(0.7, "--iou", min=0.0, max=1.0, help="NMS IoU threshold (ultralytics' val: 0.7)."),
     imgsz: int = imgsz_option(),
     max_det: int = typer.Option(300, "--max-det", min=1, help="Most detections per image (ultralytics' val: 300)."),
+    single_label: bool = typer.Option(False, "--single-label",
+                                      help="One class per anchor, its best (as `mlxnet detect`); default: every "
+                                           "class scoring above --conf, as `yolo val`'s multi-label NMS."),
     metric: str = typer.Option("ultralytics", "--metric", metavar="ultralytics|coco",
                                help="ultralytics: `yolo val`'s numbers (each prediction picks its best-IoU label, "
                                     "the higher score keeps it; trapezoid AP); coco: pycocotools' COCOeval "
@@ -69,20 +135,28 @@ def detect(
     batch: int = grammar.batch(8),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
-    as_json: bool = grammar.json_lines("Print JSON Lines: one object per image, then the metrics."),
+    as_json: bool = grammar.json_lines("Print JSON Lines: one object per image, then the metrics and speed."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Text output: also a line per image."),
     save_json: Optional[Path] = typer.Option(None, "--save-json", metavar="FILE",
                                              help="Also write the predictions as a COCO results JSON (image_id: "
-                                                  "the image file's stem, a number where it is one; category_id: "
-                                                  "the class id; bbox: x, y, w, h in image pixels)."),
+                                                  "the COCO file's ids, or a YOLO-format image's file stem, a "
+                                                  "number where it is one; category_id: the COCO category, or the "
+                                                  "class id; bbox: x, y, w, h in image pixels)."),
 ) -> None:
     """mAP50-95, mAP50, precision and recall, overall and per class, of a detector on the
-    dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300)."""
-    from mlxnet import families
+    dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300,
+    multi-label NMS), and the speed: images/s, decode / forward / NMS per image."""
+    import mlx.core as mx
+
+    from mlxnet import distributed, families
     from mlxnet.commands.images import Job, Source, load_model
     from mlxnet.commands.pipeline import run_jobs
-    from mlxnet.evaluation import dataset as ds
+    from mlxnet.evaluation import coco
     from mlxnet.evaluation.metrics import METHODS, Stats, ap_per_class, match
+    from mlxnet.evaluation.postprocess import detections
+    from mlxnet.evaluation.speed import Speed
     from mlxnet.image import load_image
+    from mlxnet.models.yolo_process import scale_boxes
 
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
@@ -90,58 +164,81 @@ def detect(
         raise MlxnetError(f"--metric must be one of {', '.join(METHODS)}, got {metric!r}")
     if imgsz < 32 or imgsz % 32:
         raise MlxnetError(f"--imgsz must be a positive multiple of 32, got {imgsz}")
-    from mlxnet import distributed
-
     if distributed.size() > 1:  # each rank would measure its shard alone: numbers no one asked for
         raise MlxnetError("val runs in one process: its metrics are over every image (not under mlx.launch)")
+    if images is not None and not coco.is_coco(data):
+        raise MlxnetError("--images is for COCO-format data (a .json); a data.yaml names its own images")
     family = families.for_task(model or "yolov8n", "detect")
-    dataset = ds.load(data)
-    jobs = [Job(Source(str(path), Path(path.name))) for path in dataset.images]
+    labelled = None if coco.is_coco(data) else yolo_format(data)  # a bad data.yaml fails before the weights load
+    # The weights load before the clock starts (images/s is the images' pace), and a COCO file's
+    # categories are mapped to the model's class names.
+    detector = load_model(lambda: family.predictor(weights, model, dtype))
+    if labelled is None:
+        labelled = coco_format(data, images, detector.names)
+    elif len(detector.names) != len(labelled.names):
+        print(f"note: the model has {len(detector.names)} classes, {labelled.source} names {len(labelled.names)}",
+              file=sys.stderr, flush=True)
+    jobs = [Job(Source(str(path), Path(path.name))) for path in labelled.images]
     stats = Stats()
-    classes = len(dataset.names)
     predictions: list[dict] = []  # COCO results, for --save-json
-
-    def load():
-        detector = load_model(lambda: family.predictor(weights, model, dtype))
-        if len(detector.names) != classes:
-            print(f"note: the model has {len(detector.names)} classes, {dataset.yaml} names {classes}",
-                  file=sys.stderr, flush=True)
-        return detector
+    speed = Speed()
 
     def prepare(job: Job) -> tuple[Any, np.ndarray, np.ndarray]:
-        image = load_image(job.source.path)
-        boxes, ids = ds.read_labels(job.source.path, image.shape[1], image.shape[0], classes)
-        return family.prepare(image, imgsz=imgsz), boxes, ids
+        with speed.timed("decode"):
+            image = load_image(job.source.path)
+            boxes, ids = labelled.labels(job.source.path, image.shape[1], image.shape[0])
+            return family.prepare(image, imgsz=imgsz), boxes, ids
 
-    def finish(job: Job, item: tuple[Any, np.ndarray, np.ndarray], det) -> tuple[dict, str]:
+    def predict(yolo, items: list) -> list:
+        shape = items[0][0].pixels.shape  # one letterbox shape a batch (group below)
+        with speed.timed("forward"):
+            dtype_ = yolo.net.model[0].conv.weight.dtype
+            pixels = mx.array(np.stack([boxed.pixels for boxed, _, _ in items]))
+            head = yolo.net(pixels.astype(dtype_) / 255).astype(mx.float32)
+            mx.eval(head)  # MLX is lazy: the forward's time is spent here
+        with speed.timed("nms"):
+            head = np.array(head)
+            found = []
+            for i, (boxed, _, _) in enumerate(items):
+                boxes, scores, classes = detections(head[i], conf=conf, iou=iou, max_det=max_det,
+                                                    multi_label=not single_label)
+                found.append((scale_boxes(shape[:2], boxes, boxed.image_hw), scores, classes))
+        return found
+
+    def finish(job: Job, item: tuple[Any, np.ndarray, np.ndarray], det) -> tuple[dict, str | None]:
         _, boxes, ids = item
-        correct = match(det.boxes, det.scores, det.classes, boxes, ids, metric)
-        stats.add(correct, det.scores, det.classes, ids)  # the writer thread alone adds: no lock
+        pred_boxes, scores, classes = det
+        correct = match(pred_boxes, scores, classes, boxes, ids, metric)
+        stats.add(correct, scores, classes, ids)  # the writer thread alone adds: no lock
         if save_json is not None:
-            predictions.extend(coco_results(job.source.path, det.boxes, det.scores, det.classes))
-        record = {"labels": int(len(ids)), "predictions": int(len(det)), "true_positives_50": int(correct[:, 0].sum())}
-        return record, f"{job.name}: {len(ids)} labels, {len(det)} predictions, {record['true_positives_50']} " \
-                       f"right at IoU 0.5"
+            predictions.extend(coco_results(labelled.image_id(job.source.path), pred_boxes, scores, classes,
+                                            labelled.category))
+        record = {"labels": int(len(ids)), "predictions": int(len(scores)),
+                  "true_positives_50": int(correct[:, 0].sum())}
+        line = (f"{job.name}: {len(ids)} labels, {len(scores)} predictions, {record['true_positives_50']} "
+                f"right at IoU 0.5")
+        return record, line if verbose else None
 
     failed: typer.Exit | None = None
     try:
-        run_jobs(jobs, batch, what="val", as_json=as_json, load=load, prepare=prepare,
-                 predict=lambda detector, items: detector.predict_prepared(
-                     [boxed for boxed, _, _ in items], conf=conf, iou=iou, max_det=max_det),
-                 finish=finish, group=lambda item: item[0].pixels.shape)  # one letterbox shape a batch
+        run_jobs(jobs, batch, what="val", as_json=as_json, load=lambda: detector, prepare=prepare, predict=predict,
+                 finish=finish, group=lambda item: item[0].pixels.shape)
     except typer.Exit as e:
         if not e.exit_code or not stats.scores:
             raise
         failed = e  # reported per image; the metrics of the others still print
+    speed.stop()
     if save_json is not None:
         from mlxnet.image import atomic_write_bytes
 
         atomic_write_bytes(save_json, json.dumps(predictions).encode())
     result = ap_per_class(stats, metric)
-    images = len(stats.scores)
+    measured = len(stats.scores)
     if as_json:
-        print(json.dumps({"metrics": summary(result, dataset.names, images, metric)}), flush=True)
+        print(json.dumps({"metrics": summary(result, labelled.names, measured, metric),
+                          "speed": speed.summary(measured)}), flush=True)
     else:
-        print(table(result, dataset.names, images), flush=True)
+        print(table(result, labelled.names, measured), flush=True)
+        print(speed.line(measured), flush=True)
     if failed is not None:
         raise failed

@@ -1,0 +1,62 @@
+"""A YOLOv8 head's output to detections the way ``yolo val`` makes them, on the host.
+
+``yolo val`` calls ultralytics' non_max_suppression with ``multi_label=True``: an anchor whose
+best class score passes ``conf`` enters once for *every* class whose score passes it (at conf
+0.001 that is often several), each (anchor, class) pair a candidate of its own, in anchor-major
+order; then at most ``max_nms`` candidates (highest scores), class-aware greedy NMS (each class
+offset by ``max_wh``) and the first ``max_det`` kept. The predictor (``mlxnet detect``) keeps
+one class per anchor, its best (``multi_label=False``), which is also what this does then.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from mlxnet import ops
+from mlxnet.models.yolo_process import MAX_NMS, MAX_WH, xywh2xyxy
+
+
+def candidates(head: np.ndarray, conf: float,
+               multi_label: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One image's (A, 4 + nc) head output -> the NMS candidates: xyxy boxes (K, 4), scores (K,),
+    classes (K,) and the anchor each came from (K,), in ultralytics' order."""
+    scores = head[:, 4:]
+    nc = scores.shape[1]
+    anchors = np.flatnonzero(scores.max(axis=1) > conf)
+    # A box with a NaN or infinite coordinate (weights that overflow) is no detection.
+    anchors = anchors[np.isfinite(head[anchors, :4]).all(axis=1)]
+    boxes = xywh2xyxy(head[anchors, :4])
+    if multi_label and nc > 1:  # ultralytics: multi_label &= nc > 1
+        rows, cls = np.nonzero(scores[anchors] > conf)  # row-major: anchor by anchor, classes ascending
+        return boxes[rows], scores[anchors[rows], cls], cls.astype(np.int32), anchors[rows]
+    cls = scores[anchors].argmax(axis=1)
+    return boxes, scores[anchors, cls], cls.astype(np.int32), anchors
+
+
+def highest(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest scores, ties taken lowest index first (the first ``k`` of a
+    stable descending sort), in increasing index order: NMS's own stable sort then sees the
+    candidates in their original order. A partition, not a sort: at conf 0.001 a weak model's
+    anchors can give hundreds of thousands of (anchor, class) pairs."""
+    if scores.size <= k:
+        return np.arange(scores.size)
+    kth = np.partition(scores, scores.size - k)[scores.size - k]  # the k-th highest value
+    above = np.flatnonzero(scores > kth)
+    tied = np.flatnonzero(scores == kth)[:k - above.size]
+    return np.sort(np.concatenate([above, tied]))
+
+
+def detections(head: np.ndarray, *, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
+               multi_label: bool = True, agnostic: bool = False,
+               max_nms: int = MAX_NMS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One image's head output -> (boxes (K, 4) xyxy in the network input's pixels, scores (K,),
+    classes (K,)), highest score first."""
+    boxes, scores, classes, _ = candidates(np.asarray(head, np.float32), conf, multi_label)
+    if scores.size > max_nms:
+        top = highest(scores, max_nms)
+        boxes, scores, classes = boxes[top], scores[top], classes[top]
+    if scores.size == 0:
+        return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32)
+    keep = np.array(ops.nms(mx.array(boxes), mx.array(scores), None if agnostic else mx.array(classes),
+                            iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
+    return boxes[keep], scores[keep], classes[keep]
