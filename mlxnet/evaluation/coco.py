@@ -89,7 +89,7 @@ def _categories(spec: dict, json_file: Path) -> dict[int, str]:
         where = f"{json_file}: categories[{i}]"
         cid, name = _field(record, "id", int, where), _field(record, "name", str, where)
         if cid in found:
-            raise MlxnetError(f"{where}: key 'id' {cid} is taken by categories '{found[cid]}' already")
+            raise MlxnetError(f"{where}: key 'id' {cid} is category '{found[cid]}'s already")
         found[cid] = name
     if not found:
         raise MlxnetError(f"{json_file}: key 'categories' is an empty list")
