@@ -199,8 +199,8 @@ def test_a_folder_of_many_letterbox_shapes_runs_to_the_end_on_the_gpu(tmp_path):
     assert [json.loads(line)["image"] for line in out.stdout.splitlines()] == names
 
 
-def _kernel_choices(monkeypatch, tmp_path, *device: str) -> list[bool]:
-    """The use_kernels switches `mlxnet detect` makes on one small image."""
+def _switches(monkeypatch, tmp_path, *device: str) -> list[tuple[str, bool]]:
+    """The use_kernels / use_compile switches `mlxnet detect` makes on one small image."""
     import numpy as np
     from typer.testing import CliRunner
 
@@ -210,13 +210,12 @@ def _kernel_choices(monkeypatch, tmp_path, *device: str) -> list[bool]:
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     save_image(np.zeros((64, 96, 3), np.uint8), tmp_path / "a.png")
-    switched: list[bool] = []
-    real = mlxnet.use_kernels
-
-    def spy(enabled: bool):
-        switched.append(enabled)
-        return real(enabled)
-    monkeypatch.setattr(mlxnet, "use_kernels", spy)
+    switched: list[tuple[str, bool]] = []
+    for name in ("use_kernels", "use_compile"):
+        def spy(enabled: bool, _name=name, _real=getattr(mlxnet, name)):
+            switched.append((_name, enabled))
+            return _real(enabled)
+        monkeypatch.setattr(mlxnet, name, spy)
     result = CliRunner().invoke(app, ["detect", str(tmp_path / "a.png"), "-o", str(tmp_path / "out"), "--weights",
                                       "random", "--imgsz", "64", *device])
     assert result.exit_code == 0, result.output
@@ -225,18 +224,23 @@ def _kernel_choices(monkeypatch, tmp_path, *device: str) -> list[bool]:
 
 def test_detect_keeps_mlxnets_kernels_off_cuda(monkeypatch, tmp_path):
     monkeypatch.delenv("MLXNET_KERNELS", raising=False)
-    assert _kernel_choices(monkeypatch, tmp_path, "--device", "cpu") == []
+    monkeypatch.delenv("MLXNET_COMPILE", raising=False)
+    assert _switches(monkeypatch, tmp_path, "--device", "cpu") == []
 
 
 @pytest.mark.gpu
-def test_detect_on_cuda_runs_mlxs_builtin_ops_unless_told(monkeypatch, tmp_path):
-    """On CUDA mlxnet's own kernels are compiled in every process for no faster YOLOv8 forward:
-    the command runs MLX's built-in ops there, unless MLXNET_KERNELS says otherwise."""
+def test_detect_on_cuda_compiles_no_gpu_code_unless_told(monkeypatch, tmp_path):
+    """On CUDA, MLX compiles fused kernels once per machine and mlxnet's own kernels in every
+    process, seconds before the first result: the command runs MLX's built-in ops eagerly there,
+    unless MLXNET_KERNELS / MLXNET_COMPILE say otherwise."""
     import mlx.core as mx
 
     if not mx.cuda.is_available():
         pytest.skip("a CUDA build's choice")
     monkeypatch.delenv("MLXNET_KERNELS", raising=False)
-    assert _kernel_choices(monkeypatch, tmp_path, "--device", "gpu") == [False]
+    monkeypatch.delenv("MLXNET_COMPILE", raising=False)
+    assert _switches(monkeypatch, tmp_path, "--device", "gpu") == [("use_kernels", False), ("use_compile", False)]
     monkeypatch.setenv("MLXNET_KERNELS", "1")
-    assert _kernel_choices(monkeypatch, tmp_path / "again", "--device", "gpu") == []
+    assert _switches(monkeypatch, tmp_path / "again", "--device", "gpu") == [("use_compile", False)]
+    monkeypatch.setenv("MLXNET_COMPILE", "1")
+    assert _switches(monkeypatch, tmp_path / "third", "--device", "gpu") == []

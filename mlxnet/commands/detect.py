@@ -3,9 +3,6 @@ request ultralytics' extras: only some classes, YOLO label files, crops
 (:mod:`mlxnet.commands.detect_outputs`)."""
 from __future__ import annotations
 
-import contextlib
-import os
-
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -16,6 +13,7 @@ import typer
 from mlxnet.commands import grammar, video
 from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file
 from mlxnet.commands.pipeline import run_jobs
+from mlxnet.commands.quick_start import runtime_compiling_off
 from mlxnet.errors import MlxnetError
 from mlxnet.video import VIDEO_EXTENSIONS
 
@@ -160,11 +158,7 @@ def detect(
         return detector.predict_prepared(boxed, conf=conf, iou=iou, max_det=max_det, classes=wanted[0],
                                          batch_size=fixed_batch)
 
-    # On CUDA, MLX compiles mlxnet's own GPU kernels again in every process (it keeps only its
-    # built-in kernels on disk), seconds before the first result, and a YOLOv8 forward is no
-    # faster with them there: the command runs MLX's built-in ops unless MLXNET_KERNELS says.
-    builtins = mlxnet.backend() == "cuda" and "MLXNET_KERNELS" not in os.environ
-    with mlxnet.use_kernels(False) if builtins else contextlib.nullcontext():
+    with runtime_compiling_off():  # on CUDA: no GPU code compiled before the first result
         images_failed = False
         if jobs:
             try:
