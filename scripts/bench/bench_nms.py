@@ -1,10 +1,16 @@
 """NMS at evaluation settings: 8400 candidates of a 640² image, 80 classes, scores like conf 0.001's.
 
 Prints the mean time of ``mlxnet.ops.nms`` (class-aware, IoU 0.7, max_det 300), of the loop it
-replaced (one kept box at a time against every remaining candidate, kept here to compare) and,
-given a file, of another definition:
+replaced (one kept box at a time against every remaining candidate, kept here to compare),
+where torchvision imports of ``torchvision.ops.batched_nms`` on the same inputs (CPU tensors,
+its result cut to max_det as ultralytics cuts it; the ratio and whether the kept indices are
+identical), and, given a file, of another definition:
 
     python scripts/bench/bench_nms.py [--against OLD_DEFINITION.py]
+
+torchvision and MLX need not share an environment: with the same Python version, put the one
+with torch first and MLX's after it, e.g. ``PYTHONPATH=src:MLX_SITE_PACKAGES TORCH_ENV/bin/python
+scripts/bench/bench_nms.py``.
 """
 from __future__ import annotations
 
@@ -45,6 +51,23 @@ def one_at_a_time(boxes: mx.array, scores: mx.array, classes: mx.array, *, iou_t
     return np.asarray(keep, np.int32)
 
 
+def torchvision_batched_nms():
+    """torchvision's batched_nms on the same inputs (cut to max_det), or None where it does not import."""
+    try:
+        import torch
+        import torchvision
+    except Exception:  # noqa: BLE001 - not installed, or a torchvision built for another torch
+        return None
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    def batched(boxes: mx.array, scores: mx.array, classes: mx.array, *, iou_threshold: float,
+                max_det: int) -> np.ndarray:
+        b, s, c = (torch.from_numpy(np.array(a)) for a in (boxes, scores, classes))
+        return torchvision.ops.batched_nms(b, s, c, iou_threshold)[:max_det].numpy()
+
+    return batched
+
+
 def timed(fn, args, repeat: int) -> tuple[float, np.ndarray]:
     out = np.array(fn(*args, iou_threshold=0.7, max_det=300))
     start = time.perf_counter()
@@ -58,12 +81,19 @@ def main() -> None:
     parser.add_argument("--against", help="another definition.py whose nms() to time on the same inputs")
     parser.add_argument("--repeat", type=int, default=20)
     parsed = parser.parse_args()
+    torchvision_nms = torchvision_batched_nms()
+    if torchvision_nms is None:
+        print("torchvision does not import here: its batched_nms is not timed")
     for n in (300, 8400):
         args = candidates(n)
         ms, kept = timed(nms, args, parsed.repeat)
         loop_ms, loop_kept = timed(one_at_a_time, args, parsed.repeat)
         line = (f"nms {n} boxes, 80 classes: {ms:.2f} ms ({kept.size} kept); one box at a time: {loop_ms:.2f} ms "
                 f"({'identical' if np.array_equal(kept, loop_kept) else 'DIFFERENT'} indices)")
+        if torchvision_nms is not None:
+            tv_ms, tv_kept = timed(torchvision_nms, args, parsed.repeat)
+            same = "identical" if np.array_equal(kept, tv_kept) else "DIFFERENT"
+            line += f"; torchvision batched_nms: {tv_ms:.2f} ms ({same} indices, mlxnet/torchvision {ms / tv_ms:.2f}x)"
         if parsed.against:
             spec = importlib.util.spec_from_file_location("nms_other", parsed.against)
             other = importlib.util.module_from_spec(spec)
