@@ -22,7 +22,7 @@ KINDS = {
     "classify": "images", "detect": "images+output", "track": "images+output", "segment": "images+output", "inpaint": "images+output",
     "check": "model", "convert": "file", "train classify": "train",
     "info": "tool", "models": "tool", "ops": "tool", "bench": "tool",
-    "erase": "models+output", "app": "tool", "val detect": "val",
+    "erase": "models+output", "app": "tool", "val detect": "val", "val classify": "val",
 }
 REQUIRED = {
     "images": {"--device", "--model", "--weights", "--dtype", "--batch", "--json"},
