@@ -362,7 +362,8 @@ def run_videos(jobs: Sequence[Job], *, batch: int, what: str, as_json: bool, mod
     viewer = Viewer.open() if show else None
     failed = 0
     try:
-        with progress_bar(what, _declared_frames(jobs), quiet=as_json, unit="frame") as display:  # type: ignore[arg-type]
+        total = _declared_frames(jobs)
+        with progress_bar(what, total, quiet=as_json, unit="frame") as display:
             for job in jobs:
                 try:
                     frames, stopped = _run_one(job, batch=batch, as_json=as_json, display=display, model=model,

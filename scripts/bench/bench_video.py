@@ -216,6 +216,8 @@ def main() -> None:
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--ultralytics-python", default=None,
                     help="A Python where ultralytics and torchvision import: adds ultralytics' rows.")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="Run each measurement this many times and keep the fastest (a shared machine's noise).")
     ap.add_argument("--no-process", action="store_true", help="Skip the whole-process runs.")
     ap.add_argument("--out", type=Path, default=None, help="Write the figures as JSON here.")
     ap.add_argument("--keep", type=Path, default=None, help="Work folder to keep (the clip is reused).")
@@ -224,7 +226,14 @@ def main() -> None:
     import mlx.core as mx
 
     import mlxnet
+    from mlxnet import _cuda_graphs
 
+    # In-process runs get what the mlxnet command gives itself on CUDA: MLX's settings read when
+    # its library loads (this script starts again once with them) and direct kernel launches.
+    missing = _cuda_graphs.missing_load_time_settings()
+    if missing:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **missing})
+    mlxnet.tune_gpu()
     if args.device:
         mlxnet.use_device(args.device)  # one that MLX lacks is a one-line error here
     on_gpu = mx.default_device() == mx.gpu
@@ -244,8 +253,12 @@ def main() -> None:
         print(f"{r['what']:34s} {fps}  {ratio}  {r.get('note', '')}", flush=True)
 
     print(f"{'':34s} {'frames/s':>8s}  {'of ceiling':>6s}", flush=True)
-    row(what="decode only", fps=round(decode_only(clip), 2))
-    row(what="ceiling: decode + encode", fps=round(ceiling(clip, args.frames, work, args.batch), 2),
+    def best(measure, faster=lambda r: r):
+        """The fastest of ``--runs`` measurements (``faster``: the key to maximise)."""
+        return max((measure() for _ in range(args.runs)), key=faster)
+
+    row(what="decode only", fps=round(best(lambda: decode_only(clip)), 2))
+    row(what="ceiling: decode + encode", fps=round(best(lambda: ceiling(clip, args.frames, work, args.batch)), 2),
         note="detect's pipeline, a model that takes no time")
 
     upy = args.ultralytics_python
@@ -258,7 +271,8 @@ def main() -> None:
                                env=dict(os.environ, YOLO_CONFIG_DIR=str(work / "ultralytics-config")))
             weights[m] = str(pt)
     for m in args.models:
-        fps, per_frame = in_process(clip, args.frames, work, m, weights[m], args.batch, args.imgsz)
+        fps, per_frame = best(lambda: in_process(clip, args.frames, work, m, weights[m], args.batch, args.imgsz),
+                              lambda r: r[0])
         row(what=f"{m} mlxnet in-process", fps=round(fps, 2), model=m, kind="in-process",
             boxes_per_frame=round(per_frame, 1), note=f"batch {args.batch}, {per_frame:.0f} boxes/frame")
     if not args.no_process:
@@ -266,19 +280,21 @@ def main() -> None:
                    YOLO_CONFIG_DIR=str(work / "ultralytics-config"))
         for m in args.models:
             w = ["--weights", weights[m]] + (["--model", m] if weights[m] == "random" else [])
-            r = timed_process([sys.executable, "-m", "mlxnet", "detect", str(clip), "-o", str(work / "out-process"),
-                               "--json", "--batch", str(args.batch), "--imgsz", str(args.imgsz), *w], env)
+            cmd = [sys.executable, "-m", "mlxnet", "detect", str(clip), "-o", str(work / "out-process"), "--json",
+                   "--batch", str(args.batch), "--imgsz", str(args.imgsz), *w]
+            r = best(lambda: timed_process(cmd, env), lambda r: -r["wall_s"])
             row(what=f"{m} mlxnet detect (process)", fps=round(args.frames / r["wall_s"], 2), model=m,
                 kind="process", **r, note=f"{r['wall_s']} s whole, steady {r['steady_fps']} frames/s")
             if upy:
-                u = timed_process([upy, "-c", ULTRALYTICS_RUN, str(clip), weights[m], str(work / "out-ultralytics"),
-                                   "0" if on_gpu else "cpu", str(args.imgsz)], env)
+                u = best(lambda: timed_process([upy, "-c", ULTRALYTICS_RUN, str(clip), weights[m],
+                                                str(work / "out-ultralytics"), "0" if on_gpu else "cpu",
+                                                str(args.imgsz)], env), lambda r: -r["wall_s"])
                 row(what=f"{m} ultralytics (process)", fps=round(args.frames / u["wall_s"], 2), model=m,
                     kind="ultralytics", **u, note=f"{u['wall_s']} s whole, steady {u['steady_fps']} frames/s")
     report = {"device": "gpu" if on_gpu else "cpu", "backend": mlxnet.backend(), "machine": platform.machine(),
               "cpus": os.cpu_count(), "frames": args.frames, "size": "1920x1080", "imgsz": args.imgsz,
-              "batch": args.batch, "weights": "seeded ultralytics .pt" if upy else "mlxnet --weights random",
-              "rows": rows}
+              "batch": args.batch, "runs": args.runs,
+              "weights": "seeded ultralytics .pt" if upy else "mlxnet --weights random", "rows": rows}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1) + "\n")
