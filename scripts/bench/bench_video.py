@@ -235,7 +235,10 @@ def main() -> None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **missing})
     mlxnet.tune_gpu()
     if args.device:
-        mlxnet.use_device(args.device)  # one that MLX lacks is a one-line error here
+        try:
+            mlxnet.use_device(args.device)
+        except mlxnet.MlxnetError as e:  # a GPU that MLX does not see: its one line, no traceback
+            raise SystemExit(f"error: {e}") from None
     on_gpu = mx.default_device() == mx.gpu
     work = args.keep or Path(tempfile.mkdtemp(prefix="mlxnet-bench-video-"))
     work.mkdir(parents=True, exist_ok=True)
