@@ -244,3 +244,35 @@ def test_detect_on_cuda_compiles_no_gpu_code_unless_told(monkeypatch, tmp_path):
     assert _switches(monkeypatch, tmp_path / "again", "--device", "gpu") == [("use_compile", False)]
     monkeypatch.setenv("MLXNET_COMPILE", "1")
     assert _switches(monkeypatch, tmp_path / "third", "--device", "gpu") == []
+
+
+@pytest.mark.parametrize("command", ["classify", "segment", "inpaint"])
+def test_every_image_command_compiles_no_gpu_code_on_cuda(monkeypatch, tmp_path, command):
+    """The choice lives in the shared pipeline: each image command makes it where the back end is
+    CUDA (stood in for here), and none where it is not."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    import mlxnet
+    from mlxnet.cli import app
+    from mlxnet.image import save_image
+
+    monkeypatch.delenv("MLXNET_KERNELS", raising=False)
+    monkeypatch.delenv("MLXNET_COMPILE", raising=False)
+    save_image(np.zeros((64, 96, 3), np.uint8), tmp_path / "a.png")
+    save_image(np.full((64, 96), 255, np.uint8), tmp_path / "m.png")
+    argv = {"classify": ["classify", str(tmp_path / "a.png")],
+            "segment": ["segment", str(tmp_path / "a.png"), "-o", str(tmp_path / "out"), "-p", "10,10"],
+            "inpaint": ["inpaint", str(tmp_path / "a.png"), str(tmp_path / "m.png"), "-o", str(tmp_path / "o.png")]}
+    switched: list[tuple[str, bool]] = []
+    for name in ("use_kernels", "use_compile"):
+        def spy(enabled: bool, _name=name, _real=getattr(mlxnet, name)):
+            switched.append((_name, enabled))
+            return _real(enabled)
+        monkeypatch.setattr(mlxnet, name, spy)
+    for backend, expected in (("cpu", []), ("cuda", [("use_kernels", False), ("use_compile", False)])):
+        switched.clear()
+        monkeypatch.setattr(mlxnet, "backend", lambda b=backend: b)
+        result = CliRunner().invoke(app, [*argv[command], "--weights", "random", "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        assert switched == expected, backend

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from mlxnet.commands import grammar
+from mlxnet.commands.quick_start import runtime_compiling_off
 from mlxnet.errors import MlxnetError
 
 from .models import DEFAULT_WEIGHTS
@@ -83,5 +84,6 @@ def app(
         if host not in ("127.0.0.1", "::1", "localhost"):
             print(f"note: listening on {host}: other machines can reach this app, which has no login",
                   file=sys.stderr, flush=True)
-    serve(web, host, port, ready)
+    with runtime_compiling_off():  # on CUDA: the first click compiles no GPU code
+        serve(web, host, port, ready)
     print("mlxnet app: stopped", file=sys.stderr, flush=True)

@@ -13,7 +13,6 @@ import typer
 from mlxnet.commands import grammar, video
 from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file
 from mlxnet.commands.pipeline import run_jobs
-from mlxnet.commands.quick_start import runtime_compiling_off
 from mlxnet.errors import MlxnetError
 from mlxnet.video import VIDEO_EXTENSIONS
 
@@ -158,26 +157,25 @@ def detect(
         return detector.predict_prepared(boxed, conf=conf, iou=iou, max_det=max_det, classes=wanted[0],
                                          batch_size=fixed_batch)
 
-    with runtime_compiling_off():  # on CUDA: no GPU code compiled before the first result
-        images_failed = False
-        if jobs:
-            try:
-                run_jobs(
-                    jobs, batch, what="detect", as_json=as_json, load=load,
-                    prepare=prepare,
-                    predict=lambda detector, items: predict(detector, [boxed for _, boxed in items]),
-                    finish=finish,
-                    group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
-            except typer.Exit as e:
-                if not video_jobs or not e.exit_code:
-                    raise
-                images_failed = True  # reported; the videos still run
-        if video_jobs:
-            failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
-                                      model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
-                                      predict=predict, track=track, stride=vid_stride, max_frames=max_frames,
-                                      show=show)
-            if failed and len(video_jobs) > 1:
-                print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
-            if failed or images_failed:
-                raise typer.Exit(1)
+    images_failed = False
+    if jobs:
+        try:
+            run_jobs(
+                jobs, batch, what="detect", as_json=as_json, load=load,
+                prepare=prepare,
+                predict=lambda detector, items: predict(detector, [boxed for _, boxed in items]),
+                finish=finish,
+                group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
+        except typer.Exit as e:
+            if not video_jobs or not e.exit_code:
+                raise
+            images_failed = True  # reported; the videos still run
+    if video_jobs:
+        failed = video.run_videos(video_jobs, batch=batch, what="track" if track else "detect", as_json=as_json,
+                                  model=load, prepare=lambda rgb: family.prepare(rgb, imgsz=imgsz),
+                                  predict=predict, track=track, stride=vid_stride, max_frames=max_frames,
+                                  show=show)
+        if failed and len(video_jobs) > 1:
+            print(f"{failed} of {len(video_jobs)} videos failed", file=sys.stderr, flush=True)
+        if failed or images_failed:
+            raise typer.Exit(1)

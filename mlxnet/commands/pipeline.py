@@ -43,6 +43,7 @@ import typer
 
 from mlxnet import distributed, env
 from mlxnet.commands.images import Job, fetched_first, json_line, missing_input, report_failure
+from mlxnet.commands.quick_start import runtime_compiling_off
 from mlxnet.progress import ProgressBar, progress_bar
 
 Model = TypeVar("Model")
@@ -287,7 +288,8 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
         return loaded[0]
 
     mine = distributed.shard(jobs)  # all of them, unless started by mlx.launch
-    with progress_bar(what, len(mine), quiet=as_json or not distributed.is_main(), unit="img") as display:
+    with runtime_compiling_off(), \
+            progress_bar(what, len(mine), quiet=as_json or not distributed.is_main(), unit="img") as display:
         writer: _Writer = _Writer(finish, display, as_json, depth=window_for(batch), times=StageTimes())
         completed = False
         try:

@@ -1,4 +1,4 @@
-"""What an image command runs on CUDA when the user has not chosen: no GPU code compiled at run time.
+"""What image commands (and the app) run on CUDA when the user has not chosen: no GPU code compiled at run time.
 
 MLX's CUDA back end compiles GPU code when a process first needs it: every ``mx.compile``-fused
 kernel once per machine (kept in MLX's PTX cache, an empty one after a reboot or in a fresh

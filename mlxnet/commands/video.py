@@ -30,6 +30,7 @@ from mlxnet.commands.images import Job, Source, _pattern_base, expand_inputs, is
 from mlxnet.errors import MlxnetError
 from mlxnet.progress import ProgressBar, progress_bar
 from mlxnet.commands.show import Viewer
+from mlxnet.commands.quick_start import runtime_compiling_off
 from mlxnet.video import FrameResult, is_live, is_video_name, live_source, output_name
 
 _END = object()  # end of a video's frames
@@ -363,7 +364,7 @@ def run_videos(jobs: Sequence[Job], *, batch: int, what: str, as_json: bool, mod
     failed = 0
     try:
         total = _declared_frames(jobs)
-        with progress_bar(what, total, quiet=as_json, unit="frame") as display:
+        with runtime_compiling_off(), progress_bar(what, total, quiet=as_json, unit="frame") as display:
             for job in jobs:
                 try:
                     frames, stopped = _run_one(job, batch=batch, as_json=as_json, display=display, model=model,
