@@ -1,19 +1,24 @@
 // mlxnet's CPU primitives (built on first use by mlxnet/_native.py, loaded as mlxnet_cpu_ops).
 //
 // MLX's CPU back end has no custom-kernel hook and runs its copies and elementwise passes on
-// one core. Three hot spots of the CNN ports are written here as MLX primitives instead:
+// one core. The hot spots of the ports are written here as MLX primitives instead:
 // - im2col: the patch matrix of a convolution, with the zero padding implicit (no pad pass),
 //   copied as contiguous runs on every core (mx.conv2d's own unfold is a scalar strided copy).
 // - bias_silu: silu(y + bias) in one pass on every core, with the same float32 operations
 //   (and exp polynomial) as the MLX-composed reference in mlxnet/ops/activations/cpu.py.
 // - direct_conv2d: a register-tiled direct convolution with bias and SiLU fused, for the small
 //   channel counts where a GEMM runs far below peak.
+// - sigmoid and softmax (over the last axis): the same exp polynomial, on every core. The
+//   MLX-composed references are mx.compile'd passes, which MLX's CPU JIT compiles with g++
+//   into $TMPDIR on every fresh TMPDIR (~1.8 s before a detector's first result); these are
+//   compiled once per installation with the rest of this file.
 // Each has a vjp written with MLX ops, so gradients flow as through the references.
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -214,16 +219,30 @@ constexpr float kC3 = 4.1665795894e-2f, kC4 = 1.6666665459e-1f, kC5 = 5.00000012
 constexpr float kRound = 12582912.0f;  // 1.5·2^23: (v + kRound) − kRound rounds v to an integer
 constexpr float kZLimit = 1e6f;
 
-inline float silu(float x) {
-  float z = -std::min(std::max(x, -kZLimit), kZLimit);
+// exp(z) for |z| ≤ kZLimit (callers clip: r stays finite, and 2^n is 0 or inf outside float32's
+// range). NaN in gives NaN out (2^n is then 0, but r is NaN).
+inline float exp_poly(float z) {
   float n = (z * kLog2e + kRound) - kRound;
   int bits = (std::min(std::max(static_cast<int>(n), -127), 128) + 127) << 23;
   float two = std::bit_cast<float>(bits);
   float r = (z - n * kLn2Hi) - n * kLn2Lo;
   float r2 = r * r, r4 = r2 * r2;
   float q = r4 * (kC0 * r + kC1) + (r2 * (kC2 * r + kC3) + (kC4 * r + kC5));
-  float e = (r2 * q + (1.0f + r)) * two;
-  return x / (1.0f + e);
+  return (r2 * q + (1.0f + r)) * two;
+}
+
+// exp(−x), x clipped to ±kZLimit first. std::max/min return their first argument when it is
+// NaN, as MLX's maximum/minimum (mx.clip) do, so NaN propagates as in the reference.
+inline float exp_negated(float x) {
+  return exp_poly(-std::min(std::max(x, -kZLimit), kZLimit));
+}
+
+inline float silu(float x) {
+  return x / (1.0f + exp_negated(x));
+}
+
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + exp_negated(x));
 }
 
 class BiasSiLU : public CpuPrimitive {
@@ -281,6 +300,108 @@ class BiasSiLU : public CpuPrimitive {
 
  private:
   bool has_bias_;
+};
+
+
+// Elements per task of the elementwise passes: a few microseconds of work, so that a small
+// array runs on the calling thread alone and a large one on every core.
+constexpr size_t kGrain = 16384;
+
+class Sigmoid : public CpuPrimitive {
+ public:
+  using CpuPrimitive::CpuPrimitive;
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& x = inputs[0];
+    auto& out = outputs[0];
+    auto& encoder = encoder_for(inputs, out);
+    encoder.dispatch([src = x.data<float>(), dst = out.data<float>(), n = x.size()] {
+      parallel_for(n, kGrain, [&](size_t lo, size_t hi) {
+        for (size_t k = lo; k < hi; ++k) dst[k] = sigmoid(src[k]);
+      });
+    });
+  }
+
+  // sigmoid' = y·(1 − y) from the output, as the reference's closed-form slope (and MLX's own
+  // sigmoid) do: no exp is evaluated again, and ±inf inputs get the true 0.
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>& outputs) override {
+    auto s = stream();
+    auto& y = outputs[0];
+    return {mx::multiply(cotangents[0], mx::multiply(y, mx::subtract(mx::array(1.0f), y, s), s), s)};
+  }
+
+  const char* name() const override {
+    return "MlxnetSigmoid";
+  }
+  bool is_equivalent(const mx::Primitive&) const override {
+    return true;
+  }
+};
+
+// Row reductions in 16 independent lanes (one or two vector registers), so that they vectorise
+// without reassociating float adds behind the compiler's back (no -ffast-math here).
+template <typename Op>
+float reduce_row(const float* s, size_t c, float init, Op op) {
+  float acc[16];
+  for (float& a : acc) a = init;
+  size_t k = 0;
+  for (; k + 16 <= c; k += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] = op(acc[j], s[k + j]);
+  }
+  for (int j = 0; k < c; ++k, ++j) acc[j] = op(acc[j], s[k]);
+  for (int width = 8; width; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] = op(acc[j], acc[j + width]);
+  }
+  return acc[0];
+}
+
+// Softmax over the last axis, row by row: m = the row's max, e = exp(max(x − m, −kZLimit)) (the
+// reference's clip: a masked −inf score gives 0, and huge differences stay finite in r), then
+// e / Σe. Subtracting the max keeps every e in [0, 1]: no overflow for any finite input. A row
+// holding NaN, +inf, or only −inf is NaN throughout, as the definition's is (x − m is NaN there).
+class Softmax : public CpuPrimitive {
+ public:
+  using CpuPrimitive::CpuPrimitive;
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& x = inputs[0];
+    auto& out = outputs[0];
+    auto& encoder = encoder_for(inputs, out);
+    size_t c = x.shape(-1), rows = c ? x.size() / c : 0;
+    encoder.dispatch([src = x.data<float>(), dst = out.data<float>(), c, rows] {
+      parallel_for(rows, std::max<size_t>(1, kGrain / std::max<size_t>(c, 1)), [&](size_t lo, size_t hi) {
+        for (size_t row = lo; row < hi; ++row) {
+          const float* s = src + row * c;
+          float* d = dst + row * c;
+          // std::max keeps a NaN that reached the accumulator; a NaN it skips still makes x − m
+          // NaN below, so the row is NaN either way.
+          float m = reduce_row(s, c, -std::numeric_limits<float>::infinity(),
+                               [](float a, float b) { return std::max(a, b); });
+          for (size_t k = 0; k < c; ++k) d[k] = exp_poly(std::max(s[k] - m, -kZLimit));
+          float sum = reduce_row(d, c, 0.0f, [](float a, float b) { return a + b; });
+          for (size_t k = 0; k < c; ++k) d[k] = d[k] / sum;
+        }
+      });
+    });
+  }
+
+  // softmax' applied to g: y·(g − Σ g·y) over the row, from the output (no exp again).
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>& outputs) override {
+    auto s = stream();
+    auto& y = outputs[0];
+    auto& g = cotangents[0];
+    auto dot = mx::sum(mx::multiply(g, y, s), std::vector<int>{-1}, true, s);
+    return {mx::multiply(y, mx::subtract(g, dot, s), s)};
+  }
+
+  const char* name() const override {
+    return "MlxnetSoftmax";
+  }
+  bool is_equivalent(const mx::Primitive&) const override {
+    return true;
+  }
 };
 
 
@@ -499,6 +620,23 @@ mx::array bias_silu(const mx::array& y, std::optional<mx::array> bias) {
 }
 
 
+mx::array sigmoid_f32(const mx::array& x) {
+  if (x.dtype() != mx::float32) {
+    throw std::invalid_argument("sigmoid expects a float32 array");
+  }
+  auto s = cpu_stream();
+  return mx::array(x.shape(), mx::float32, std::make_shared<Sigmoid>(s), {mx::contiguous(x, false, s)});
+}
+
+mx::array softmax_last(const mx::array& x) {
+  if (x.dtype() != mx::float32 || x.ndim() < 1) {
+    throw std::invalid_argument("softmax expects a float32 array of at least one axis (the softmax's, the last)");
+  }
+  auto s = cpu_stream();
+  return mx::array(x.shape(), mx::float32, std::make_shared<Softmax>(s), {mx::contiguous(x, false, s)});
+}
+
+
 mx::array direct_conv2d(std::variant<mx::array, std::vector<mx::array>> input, const mx::array& w,
                         std::optional<mx::array> bias, Pair stride, Pair padding, Pair dilation, bool silu) {
   auto parts = std::holds_alternative<mx::array>(input) ? std::vector<mx::array>{std::get<mx::array>(input)}
@@ -537,6 +675,8 @@ NB_MODULE(mlxnet_cpu_ops, m) {
   m.def("im2col", &im2col, nb::arg("x"), nb::arg("kernel"), nb::arg("stride"), nb::arg("padding"),
         nb::arg("dilation"), "(N, H, W, C) -> (N, OH, OW, KH*KW*C) patches, zero padding implicit");
   m.def("bias_silu", &bias_silu, nb::arg("y"), nb::arg("bias") = nb::none(), "silu(y + bias), float32");
+  m.def("sigmoid", &sigmoid_f32, nb::arg("x"), "1 / (1 + exp(-x)), float32");
+  m.def("softmax", &softmax_last, nb::arg("x"), "softmax over the last axis (max subtracted first), float32");
   m.attr("max_parts") = kMaxParts;
   m.def("direct_conv2d", &direct_conv2d, nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
         nb::arg("stride"), nb::arg("padding"), nb::arg("dilation"), nb::arg("silu") = false,

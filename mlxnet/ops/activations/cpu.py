@@ -11,8 +11,14 @@ MLX's limit, and at values shared outside the chain):
 3. r = z − n·ln2 (n recomputed by the same float ops, so it is the same n), the Cephes
    polynomial p(r) by Estrin's scheme (shallow), times 2^n, and the activation around it.
 
-|rel err| of exp < 2.5e-7. (A float32 SiLU with a per-channel bias is mlxnet's C++ primitive
-instead, where it is built.)
+|rel err| of exp < 2.5e-7.
+
+Where mlxnet's C++ primitives are built (:mod:`mlxnet._native`, Linux), float32 SiLU (with or
+without a per-channel bias), sigmoid and softmax run those instead: the same polynomial in one
+pass on every core. They also spare a fresh process the passes above: MLX's CPU JIT compiles
+each fused pass with g++ into ``$TMPDIR/mlx`` (about 0.35 s apiece, again after every reboot),
+while the primitives are compiled once per installation. The passes here remain the path for
+other dtypes and wherever the primitives are unavailable (macOS, ``MLXNET_NATIVE=off``).
 """
 from __future__ import annotations
 
@@ -150,6 +156,9 @@ def silu(x: mx.array, bias: mx.array | None = None) -> mx.array:
 
 
 def sigmoid(x: mx.array) -> mx.array:
+    native = _native.on_cpu()
+    if native is not None and x.dtype == mx.float32:
+        return native.sigmoid(x)
     return _sigmoid_f32(x)
 
 
@@ -165,5 +174,12 @@ def _softmax_last(x: mx.array) -> mx.array:
 
 
 def softmax(x: mx.array, *, axis: int = -1) -> mx.array:
+    native = _native.on_cpu()
+    if native is not None and x.dtype == mx.float32:
+        # The primitive reduces the last axis; another axis is moved there (the primitive reads
+        # its input contiguous, as the compiled passes read the moved view) and back.
+        last = axis % x.ndim == x.ndim - 1
+        y = native.softmax(x if last else mx.moveaxis(x, axis, -1))
+        return y if last else mx.moveaxis(y, -1, axis)
     xf = mx.moveaxis(x.astype(mx.float32), axis, -1)
     return mx.moveaxis(_softmax_last(xf), -1, axis).astype(x.dtype)
