@@ -42,7 +42,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT / "tests" / "fixtures" / "yolo"
 
 ULTRALYTICS_RUN = r"""
