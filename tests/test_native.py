@@ -1,5 +1,6 @@
 """mlxnet's CPU primitives (custom_kernels/cpu_ops.cpp via mlxnet._native): built, equal to the
-MLX references, differentiable, used by the ops, and a clean fallback when they cannot build."""
+MLX references and the ops' definitions (sigmoid and softmax at edge values too), differentiable,
+used by the ops, and a clean fallback when they cannot build."""
 from __future__ import annotations
 
 import importlib.util
@@ -16,6 +17,7 @@ import pytest
 import mlxnet
 from mlxnet import _native, ops
 from mlxnet.ops.activations import cpu as activations_cpu
+from testutil import assert_close
 
 # nanobind is a dependency on Linux; a machine without it (or without g++) runs the composed paths.
 BUILDABLE = (sys.platform.startswith("linux") and shutil.which("g++") is not None
@@ -137,6 +139,173 @@ def test_bias_silu_gradients(native):
     want = mx.grad(reference, (0, 1))(x, b)
     for g, r in zip(got, want):
         np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-5, atol=1e-5)
+
+
+
+# Shapes for sigmoid and softmax: rows of 1, 16 (the DFL's bins), 80 (YOLOv8's classes) and
+# longer; sizes past the primitives' grain of 16384 elements, so that the rows split over the
+# cores, unevenly (an odd count of grains, rows that are not a multiple of the chunk).
+ACTIVATION_SHAPES = [(7,), (3, 1), (2, 9, 7, 33), (1001, 37), (2, 420, 4, 16), (3, 11, 1009), (1, 8400, 80)]
+EDGES = [0.0, -0.0, 1e-8, 30.0, -30.0, 88.5, -88.5, 100.0, -100.0, 1e4, -1e4, 1e30, -1e30,
+         3e38, -3e38, float("inf"), -float("inf"), float("nan")]
+
+
+def _sample(shape, key):
+    return mx.random.normal(shape, key=mx.random.key(key)) * 6
+
+
+def test_sigmoid_equals_the_definition(native, monkeypatch):
+    calls = []
+    fused = native.sigmoid
+    monkeypatch.setattr(native, "sigmoid", lambda x: calls.append(x.shape) or fused(x))
+    for i, shape in enumerate(ACTIVATION_SHAPES):
+        x = _sample(shape, 40 + i)
+        got = np.array(ops.sigmoid(x))
+        # the composed CPU path (the same polynomial, as mx.compile'd passes) and the definition
+        np.testing.assert_allclose(got, np.array(activations_cpu._sigmoid_f32(x)), rtol=5e-7, atol=0)
+        assert_close(mx.array(got), ops.sigmoid.op.definition(x), scale=2)
+        x64 = np.array(x).astype(np.float64)
+        np.testing.assert_allclose(got, 1 / (1 + np.exp(-x64)), rtol=1e-6, atol=1e-30)
+    assert calls == ACTIVATION_SHAPES
+    edges = mx.array(EDGES)
+    got, want = np.array(ops.sigmoid(edges)), np.array(ops.sigmoid.op.definition(edges))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-30)  # NaN where the definition's is
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.array(EDGES))), rtol=1e-6, atol=1e-30)
+    assert got[EDGES.index(float("inf"))] == 1.0 and got[EDGES.index(-float("inf"))] == 0.0
+    # float16 takes the composed path and keeps its dtype
+    assert ops.sigmoid(edges.astype(mx.float16)).dtype == mx.float16 and len(calls) == len(ACTIVATION_SHAPES) + 1
+
+
+def _softmax64(x, axis=-1):
+    x = np.array(x).astype(np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def test_softmax_equals_the_definition(native, monkeypatch):
+    calls = []
+    fused = native.softmax
+    monkeypatch.setattr(native, "softmax", lambda x: calls.append(x.shape) or fused(x))
+    definition = ops.softmax.op.definition
+    for i, shape in enumerate(ACTIVATION_SHAPES):
+        x = _sample(shape, 50 + i)
+        for axis in range(len(shape)):
+            got = ops.softmax(x, axis=axis)
+            assert got.shape == x.shape and got.dtype == mx.float32
+            assert_close(got, definition(x, axis=axis), scale=2)
+            np.testing.assert_allclose(np.array(got), _softmax64(x, axis), rtol=2e-5, atol=1e-30)
+    assert len(calls) == sum(len(shape) for shape in ACTIVATION_SHAPES)
+    # float16 takes the composed path and keeps its dtype
+    assert ops.softmax(x.astype(mx.float16)).dtype == mx.float16 and len(calls) == sum(map(len, ACTIVATION_SHAPES))
+
+
+def test_softmax_is_stable_and_propagates_what_the_definition_does(native):
+    inf, nan = float("inf"), float("nan")
+    rows = mx.array([
+        [1.0, 2.0, 3.0, 4.0, 5.0],
+        [1e30, -1e30, 0.0, 1e30, 5.0],       # huge: the row's max is subtracted first
+        [3e38, -3e38, 1.0, 2.0, -1.0],       # x − max overflows to −inf: exp 0, not NaN
+        [88.0, 89.0, 100.0, 1e4, 80.0],      # exp(x) itself would overflow
+        [-inf, 0.0, -inf, 1.0, -inf],        # masked scores: exactly 0
+        [-inf, -inf, -inf, -inf, -inf],      # nothing left: NaN, as the definition
+        [inf, 1.0, 2.0, 3.0, 4.0],           # inf − inf: NaN, as the definition
+        [nan, 1.0, 2.0, 3.0, 4.0],
+        [1.0, 2.0, 3.0, 4.0, nan],
+        [-100.0, -200.0, -300.0, -400.0, -1e4],
+    ])
+    got = np.array(native.softmax(rows))
+    want = np.array(ops.softmax.op.definition(rows))
+    assert (np.isnan(got) == np.isnan(want)).all()
+    assert np.isnan(got[5:9]).all() and not np.isnan(got[:5]).any() and not np.isnan(got[9]).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30)
+    np.testing.assert_array_equal(got[4, [0, 2, 4]], 0.0)
+    np.testing.assert_allclose(got[[0, 1, 2, 3, 4, 9]].sum(-1), 1.0, rtol=1e-6)
+
+
+def test_sigmoid_and_softmax_read_non_contiguous_inputs(native):
+    x = _sample((6, 40, 33), 60)
+    views = [x.transpose(2, 0, 1), x[:, ::3, 1::2], mx.broadcast_to(x[:1, :1], (5, 7, 33)), x.T[::-1]]
+    for v in views:
+        np.testing.assert_allclose(np.array(native.sigmoid(v)), np.array(ops.sigmoid.op.definition(v)),
+                                   rtol=1e-6, atol=1e-30)
+        np.testing.assert_allclose(np.array(native.softmax(v)), _softmax64(v), rtol=1e-5, atol=1e-30)
+
+
+def test_sigmoid_and_softmax_refuse_other_dtypes(native):
+    with pytest.raises(ValueError, match="float32"):
+        native.sigmoid(mx.zeros((3,), mx.float16))
+    with pytest.raises(ValueError, match="float32"):
+        native.softmax(mx.zeros((3,), mx.bfloat16))
+    with pytest.raises(ValueError, match="at least one axis"):
+        native.softmax(mx.array(1.0))
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 16), (1001, 37), (2, 420, 4, 16)])
+def test_sigmoid_and_softmax_gradients(native, shape):
+    x = _sample(shape, 70)
+    probe = mx.random.normal(shape, key=mx.random.key(71))
+    definition = {"sigmoid": ops.sigmoid.op.definition, "softmax": ops.softmax.op.definition}
+    for name in ("sigmoid", "softmax"):
+        for axis in ([None] if name == "sigmoid" else [-1, 0]):
+            kw = {} if axis is None else {"axis": axis}
+            got = mx.grad(lambda v: (getattr(ops, name)(v, **kw) * probe).sum())(x)
+            want = mx.grad(lambda v: (definition[name](v, **kw) * probe).sum())(x)
+            assert_close(got, want, scale=4)
+    # the primitives' own vjps, called directly
+    got = mx.vjp(native.softmax, [x], [probe])[1][0]
+    want = mx.vjp(lambda v: definition["softmax"](v), [x], [probe])[1][0]
+    assert_close(got, want, scale=4)
+    got = mx.vjp(native.sigmoid, [x], [probe])[1][0]
+    want = mx.vjp(definition["sigmoid"], [x], [probe])[1][0]
+    assert_close(got, want, scale=4)
+
+
+def test_sigmoid_and_softmax_gradients_at_edge_values(native):
+    inf = float("inf")
+    x = mx.array([EDGES[:-1]])  # NaN aside: its gradient is NaN in both
+    g = mx.grad(lambda v: (ops.sigmoid(v) * mx.arange(v.size)).sum())(x)
+    want = mx.grad(lambda v: (ops.sigmoid.op.definition(v) * mx.arange(v.size)).sum())(x)
+    np.testing.assert_allclose(np.array(g), np.array(want), rtol=1e-5, atol=1e-30)
+    assert float(g[0, EDGES.index(inf)]) == 0.0 and float(g[0, EDGES.index(-inf)]) == 0.0
+    rows = mx.array([[-inf, 0.5, -inf, 2.0], [1e30, -1e30, 0.0, 3.0], [88.0, 100.0, 1e4, -3e38]])
+    probe = mx.array([[1.0, -2.0, 3.0, 0.5]] * 3)
+    g = mx.grad(lambda v: (native.softmax(v) * probe).sum())(rows)
+    want = mx.grad(lambda v: (ops.softmax.op.definition(v) * probe).sum())(rows)
+    assert np.isfinite(np.array(g)).all()
+    np.testing.assert_allclose(np.array(g), np.array(want), rtol=1e-5, atol=1e-30)
+    np.testing.assert_array_equal(np.array(g)[0, [0, 2]], 0.0)
+
+
+def test_sigmoid_and_softmax_fall_back_without_the_primitives(native, monkeypatch):
+    x = _sample((3, 50, 16), 80)
+    with_native = ops.sigmoid(x), ops.softmax(x), ops.softmax(x, axis=1)
+    monkeypatch.setattr(native, "sigmoid", None)  # would fail if called
+    monkeypatch.setattr(native, "softmax", None)
+    monkeypatch.setattr(_native, "on_cpu", lambda: None)
+    without = ops.sigmoid(x), ops.softmax(x), ops.softmax(x, axis=1)
+    for a, b in zip(with_native, without):
+        assert_close(a, b, scale=2)
+
+
+_NO_JIT = """
+import mlxnet, mlx.core as mx
+from mlxnet import _native, ops
+mlxnet.use_device("cpu")
+x = mx.random.normal((2, 300, 4, 16))
+mx.eval(ops.sigmoid(x), ops.softmax(x), ops.softmax(x, axis=1))
+print(_native.module() is not None)
+"""
+
+
+def test_sigmoid_and_softmax_compile_nothing_into_tmpdir(tmp_path):
+    # MLX's CPU JIT compiles mx.compile'd passes with g++ into $TMPDIR/mlx, again in every fresh
+    # TMPDIR (the cost of a cold first result): with the primitives these ops leave nothing there.
+    out = subprocess.run([sys.executable, "-c", _NO_JIT], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and "mlx" in p.parts], list(tmp_path.rglob("*"))
 
 
 DIRECT = [  # kernel, stride, padding, dilation, input (N, H, W, C), C_out
