@@ -1,7 +1,10 @@
 """mlxnet's CPU primitives (``custom_kernels/cpu_ops.cpp``): built once per machine, then loaded.
 
-MLX has no custom-kernel hook on the CPU, so the two hot spots that MLX ops cannot make fast
-there (a convolution's patch matrix, and bias + SiLU on every core) are MLX primitives in C++.
+MLX has no custom-kernel hook on the CPU, so the hot spots that MLX ops cannot make fast there
+(a convolution's patch matrix, a direct convolution at small channel counts, and bias + SiLU,
+sigmoid and softmax on every core) are MLX primitives in C++. Sigmoid and softmax being here
+also spares every fresh ``$TMPDIR`` the g++ runs of MLX's CPU JIT for their compiled passes
+(about 1.8 s before a detector's first result), since this module is built once per machine.
 On Linux they are compiled on first use, the way MLX's own CPU JIT compiles fused kernels:
 ``g++`` against the installed MLX headers and ``libmlx``, with nanobind (a dependency on
 Linux) for the Python binding, cached under ``~/.cache/mlxnet/native/<key>/`` (the key hashes
