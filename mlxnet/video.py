@@ -22,6 +22,8 @@ frame count. Audio is not copied.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -256,25 +258,28 @@ def open_frames(source: str | os.PathLike | Iterable[Any], what: str = "video"
 _AHEAD_END = object()
 
 
+def put_unless_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """Put ``item`` on a bounded queue unless ``stop`` is set first (the consumer may no longer
+    read, so a plain blocking put could wait for ever): whether it was put."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
     """``items`` produced on a thread, up to ``depth`` ahead of the consumer: decoding (and
     whatever the iterable does per item, the letterbox) overlaps the consumer's work. An error
     of the producer is raised at its place in the order. Closing the iterator (a ``break`` out
     of a ``for`` loop, garbage collection) stops the thread and closes ``items``."""
-    import queue
-    import threading
-
     q: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
 
     def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless_stopped(q, item, stop)
 
     def produce() -> None:
         it = iter(items)

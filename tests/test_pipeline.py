@@ -199,23 +199,30 @@ def test_a_folder_of_many_letterbox_shapes_runs_to_the_end_on_the_gpu(tmp_path):
     assert [json.loads(line)["image"] for line in out.stdout.splitlines()] == names
 
 
-def _switches(monkeypatch, tmp_path, *device: str) -> list[tuple[str, bool]]:
-    """The use_kernels / use_compile switches `mlxnet detect` makes on one small image."""
-    import numpy as np
-    from typer.testing import CliRunner
-
+def _spied_switches(monkeypatch) -> list[tuple[str, bool]]:
+    """The list that every later use_kernels / use_compile switch is appended to."""
     import mlxnet
-    from mlxnet.cli import app
-    from mlxnet.image import save_image
 
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    save_image(np.zeros((64, 96, 3), np.uint8), tmp_path / "a.png")
     switched: list[tuple[str, bool]] = []
     for name in ("use_kernels", "use_compile"):
         def spy(enabled: bool, _name=name, _real=getattr(mlxnet, name)):
             switched.append((_name, enabled))
             return _real(enabled)
         monkeypatch.setattr(mlxnet, name, spy)
+    return switched
+
+
+def _switches(monkeypatch, tmp_path, *device: str) -> list[tuple[str, bool]]:
+    """The use_kernels / use_compile switches `mlxnet detect` makes on one small image."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from mlxnet.cli import app
+    from mlxnet.image import save_image
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    save_image(np.zeros((64, 96, 3), np.uint8), tmp_path / "a.png")
+    switched = _spied_switches(monkeypatch)
     result = CliRunner().invoke(app, ["detect", str(tmp_path / "a.png"), "-o", str(tmp_path / "out"), "--weights",
                                       "random", "--imgsz", "64", *device])
     assert result.exit_code == 0, result.output
@@ -264,12 +271,7 @@ def test_every_image_command_compiles_no_gpu_code_on_cuda(monkeypatch, tmp_path,
     argv = {"classify": ["classify", str(tmp_path / "a.png")],
             "segment": ["segment", str(tmp_path / "a.png"), "-o", str(tmp_path / "out"), "-p", "10,10"],
             "inpaint": ["inpaint", str(tmp_path / "a.png"), str(tmp_path / "m.png"), "-o", str(tmp_path / "o.png")]}
-    switched: list[tuple[str, bool]] = []
-    for name in ("use_kernels", "use_compile"):
-        def spy(enabled: bool, _name=name, _real=getattr(mlxnet, name)):
-            switched.append((_name, enabled))
-            return _real(enabled)
-        monkeypatch.setattr(mlxnet, name, spy)
+    switched = _spied_switches(monkeypatch)
     for backend, expected in (("cpu", []), ("cuda", [("use_kernels", False), ("use_compile", False)])):
         switched.clear()
         monkeypatch.setattr(mlxnet, "backend", lambda b=backend: b)

@@ -31,7 +31,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.progress import ProgressBar, progress_bar
 from mlxnet.commands.show import Viewer
 from mlxnet.commands.quick_start import runtime_compiling_off
-from mlxnet.video import FrameResult, is_live, is_video_name, live_source, output_name
+from mlxnet.video import FrameResult, is_live, is_video_name, live_source, output_name, put_unless_stopped
 
 _END = object()  # end of a video's frames
 
@@ -183,17 +183,6 @@ def make_tracker(fps: float) -> Callable[[Any, Any], FrameResult]:
     return track
 
 
-def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
-    """Put unless the video is being abandoned (the consumer may no longer read)."""
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
 def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model: Callable[[], Any],
              prepare: Callable[[np.ndarray], Any], predict: Callable[[Any, list[Any]], Sequence[Any]],
              track: bool, stride: int = 1, max_frames: int | None = None, viewer: Viewer | None = None
@@ -221,14 +210,14 @@ def _run_one(job: Job, *, batch: int, as_json: bool, display: ProgressBar, model
                     display.advance()  # decoded (the bar counts the input's frames), not run
                     continue
                 # The letterbox runs here, with the decoding: host work the model need not wait for.
-                if not _put(decoded, (frame, prepare(frame.rgb)), stop):
+                if not put_unless_stopped(decoded, (frame, prepare(frame.rgb)), stop):
                     return
                 kept += 1
                 if max_frames is not None and kept >= max_frames:
                     break  # a live source never ends: this is its end
-            _put(decoded, _END, stop)
+            put_unless_stopped(decoded, _END, stop)
         except BaseException as e:  # noqa: BLE001 - the video's failure, raised on the calling thread
-            _put(decoded, e, stop)
+            put_unless_stopped(decoded, e, stop)
 
     def encode(tmp: Path) -> None:
         # Every stride-th frame is kept: the rate drops by the stride, so the video lasts as long.
