@@ -96,11 +96,15 @@ SPEC = register_spec(WeightSpec(
 ), replace=True)
 
 
-def from_pretrained(weights: str | os.PathLike = "sam-tiny", *, dtype: str | mx.Dtype | None = None) -> Sam:
+def from_pretrained(weights: str | os.PathLike = "sam-tiny", *, dtype: str | mx.Dtype | None = None,
+                    fuse: bool = True) -> Sam:
     """Build sam-tiny and load ``weights``: the model id (hub file), a ``mobile_sam.pt`` state dict,
-    or a safetensors file (PyTorch keys, or converted by ``mlxnet convert``)."""
+    or a safetensors file (PyTorch keys, or converted by ``mlxnet convert``). ``fuse`` folds the
+    encoder's BatchNorms into its convs once loaded (inference; ``fuse=False`` to fine-tune)."""
     model = sam_tiny()
     load_pretrained(model, SPEC, weights, dtype=dtype)
+    if fuse:
+        model.image_encoder.fuse()
     return model
 
 

@@ -107,11 +107,14 @@ def test_from_pretrained_reads_a_mobile_sam_pt_and_safetensors(tmp_path):
 
 # --- image encoder -------------------------------------------------------------------------------
 
-def run_encoder_256() -> list[mx.array]:
+def run_encoder_256(fuse: bool = False) -> list[mx.array]:
     enc = TinyViT(img_size=256)
     p = "image_encoder."
     load_into(enc, {k[len(p):]: v for k, v in converted().items() if k.startswith(p)})
     enc.eval()
+    if fuse:  # BatchNorms folded into the convs, as from_pretrained loads it
+        enc.fuse()
+        assert not any(name.endswith(".bn") for name, _ in enc.named_modules())
     x = np.random.default_rng(5).standard_normal((1, 3, 256, 256)).astype(np.float32)
     return enc(mx.array(x.transpose(0, 2, 3, 1)), return_stages=True)
 
@@ -123,8 +126,9 @@ def check_encoder_256(outs: list[mx.array], tol: float) -> None:
     assert_rel(emb, GOLD["encoder.embedding_nchw_c2"], tol, "embedding")
 
 
-def test_tiny_vit_matches_reference_at_256():
-    outs = run_encoder_256()
+@pytest.mark.parametrize("fuse", [False, True], ids=["batchnorm", "folded"])
+def test_tiny_vit_matches_reference_at_256(fuse):
+    outs = run_encoder_256(fuse)
     assert [tuple(o.shape) for o in outs] == [(1, 32, 32, 128), (1, 16, 16, 160), (1, 16, 16, 320),
                                               (1, 16, 16, 320), (1, 16, 16, 256)]
     check_encoder_256(outs, fp32())
@@ -248,8 +252,10 @@ def check_predictor(predictor: sam.SamPredictor, results: dict, tol: float) -> N
 
 
 @pytest.fixture(scope="module")
-def predictor32(model32):
-    predictor = sam.SamPredictor(model32)
+def predictor32():
+    model = seeded_model()
+    model.image_encoder.fuse()  # as from_pretrained gives it
+    predictor = sam.SamPredictor(model)
     return predictor, run_predictor(predictor)
 
 
