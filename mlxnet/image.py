@@ -645,21 +645,39 @@ def box_on_image(box: Sequence[float], width: int, height: int) -> tuple[float, 
 def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
                colour_ids: Sequence[int] | None = None, width: int = 3) -> np.ndarray:
     """Draw labelled xyxy boxes on a copy of the image; a degenerate box (zero or negative
-    width, NaN, outside the image) is drawn as :func:`box_on_image` makes it, or left out."""
-    pil = Image.fromarray(image.copy())
-    draw = ImageDraw.Draw(pil)
+    width, NaN, outside the image) is drawn as :func:`box_on_image` makes it, or left out.
+
+    Each box is drawn through PIL on the region it covers only, in order, so a later box still
+    covers an earlier one where they overlap: the pixels equal drawing on the whole image, without
+    taking a whole 1080p frame into PIL and back for every frame of a video (about 3 ms)."""
+    out = np.array(image, dtype=np.uint8, copy=True, order="C")
+    height, width_px = out.shape[:2]
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     for i, (box, label) in enumerate(zip(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), labels)):
         colour = tuple(int(c) for c in PALETTE[(colour_ids[i] if colour_ids is not None else i) % len(PALETTE)])
-        drawable = box_on_image(box, pil.width, pil.height)
+        drawable = box_on_image(box, width_px, height)
         if drawable is None:
             continue
         x1, y1, x2, y2 = drawable
-        draw.rectangle([x1, y1, x2, y2], outline=colour, width=width)
-        tx0, ty0, tx1, ty1 = draw.textbbox((x1, y1), label)
+        tx0, ty0, tx1, ty1 = measure.textbbox((x1, y1), label)
         top = y1 - (ty1 - ty0) - 4 if y1 - (ty1 - ty0) - 4 >= 0 else y1
-        draw.rectangle([x1, top, x1 + (tx1 - tx0) + 4, top + (ty1 - ty0) + 4], fill=colour)
-        draw.text((x1 + 2, top + 1), label, fill=(255, 255, 255))
-    return np.asarray(pil)
+        tag = (x1, top, x1 + (tx1 - tx0) + 4, top + (ty1 - ty0) + 4)
+        ink = measure.textbbox((x1 + 2, top + 1), label)
+        # The region: the outline (a box narrower than twice the line width is drawn past its
+        # other side), the label's box and the text's ink, with pixels to spare for PIL's
+        # rounding, clipped to the image as drawing on the whole image clips.
+        spare = width + 2
+        left = max(0, int(np.floor(min(x1, tag[0], ink[0]))) - spare)
+        upper = max(0, int(np.floor(min(y1, tag[1], ink[1]))) - spare)
+        right = min(width_px, int(np.ceil(max(x2, tag[2], ink[2]))) + spare + 1)
+        lower = min(height, int(np.ceil(max(y2, tag[3], ink[3]))) + spare + 1)
+        region = Image.fromarray(out[upper:lower, left:right])
+        draw = ImageDraw.Draw(region)
+        draw.rectangle([x1 - left, y1 - upper, x2 - left, y2 - upper], outline=colour, width=width)
+        draw.rectangle([tag[0] - left, tag[1] - upper, tag[2] - left, tag[3] - upper], fill=colour)
+        draw.text((x1 + 2 - left, top + 1 - upper), label, fill=(255, 255, 255))
+        out[upper:lower, left:right] = np.asarray(region)
+    return out
 
 
 def draw_prompts(image: np.ndarray, points: np.ndarray | None, labels: np.ndarray | None,
