@@ -539,8 +539,9 @@ class YOLO:
             rows += rows[-1:] * max(0, (batch_size or 0) - len(rows))
             batch = np.stack(rows) if len(rows) > 1 else rows[0][None]
             # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
-            pred = self.net(mx.array(batch).astype(dtype) / 255)[:len(members)]
-            found = postprocess_batch(pred, conf=conf, iou=iou, max_det=max_det, agnostic=agnostic, classes=classes)
+            pred = self.net(mx.array(batch).astype(dtype) / 255)
+            found = postprocess_batch(pred, conf=conf, iou=iou, max_det=max_det, agnostic=agnostic, classes=classes,
+                                      images=len(members))
             for i, det in zip(members, found):
                 boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw)
                 results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)

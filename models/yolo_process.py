@@ -61,11 +61,14 @@ def _check_thresholds(conf: float, iou: float) -> None:
 
 def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
                       agnostic: bool = False, max_nms: int = MAX_NMS,
-                      classes: Sequence[int] | None = None) -> list[np.ndarray]:
+                      classes: Sequence[int] | None = None, images: int | None = None) -> list[np.ndarray]:
     """A batch's (B, A, 4 + nc) head output -> per image (K, 6) float32 [x1, y1, x2, y2, score,
     class], highest score first, in the network input's pixels. ``classes``: keep only anchors
     whose best class is one of these, before the max_nms cut and NMS, as ultralytics does (an
     anchor whose best class is another is dropped, not given its best listed class).
+    ``images``: only the first this many rows are images (the rest filled a fixed batch size):
+    they are dropped on the host, where a slice on the device would be one more kernel for the
+    GPU back end to compile before the first result.
 
     The device reduces the class scores to each anchor's best score and class; the boxes, those
     and nothing else come back to the host in one transfer for the whole batch (one sync, not
@@ -78,7 +81,7 @@ def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, m
     boxes_all, best_all, cls_all = (np.array(a) for a in found)
     wanted_classes = None if classes is None else np.asarray(classes, dtype=np.int64)
     return [_image_detections(boxes_all[i], best_all[i], cls_all[i], conf, iou, max_det, agnostic, max_nms,
-                              wanted_classes) for i in range(pred.shape[0])]
+                              wanted_classes) for i in range(pred.shape[0] if images is None else images)]
 
 
 def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, iou: float,
