@@ -29,7 +29,8 @@ from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
-from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, postprocess_batch, scale_boxes
+from .yolo_process import (Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch,
+                           scale_boxes)
 
 if TYPE_CHECKING:
     from mlxnet.tracking import TrackerSettings
@@ -446,11 +447,17 @@ class YOLO:
         return cls(net.fuse() if fuse else net, names if names is not None else found.names)
 
     @staticmethod
-    def prepare(image: ImageLike, imgsz: int = 640) -> Letterboxed:
+    def prepare(image: ImageLike, imgsz: int = 640, shape: tuple[int, int] | None = None) -> Letterboxed:
         """The host half of preprocessing, for one image: its pixels (see
         :func:`mlxnet.image.as_rgb`) letterboxed for the network. Host work only (OpenCV, NumPy),
-        so it may run on reader threads while the device runs another batch."""
-        return _letterboxed(as_rgb(image, "YOLO.predict"), imgsz)
+        so it may run on reader threads while the device runs another batch. ``shape``: letterbox
+        to this (H, W), as ``yolo val`` does to a rect batch's shape (:func:`letterbox_to`);
+        None: the smallest stride-32 rectangle around the image scaled to ``imgsz``."""
+        pixels = as_rgb(image, "YOLO.predict")
+        if shape is None:
+            return _letterboxed(pixels, imgsz)
+        boxed, ratio_pad = letterbox_to(pixels, imgsz, shape)
+        return Letterboxed(pixels.shape[:2], boxed, ratio_pad)
 
     def predict(self, images: ImageLike | Sequence[ImageLike] | VideoSource, *, conf: float = 0.25,
                 iou: float = 0.7, imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
@@ -543,7 +550,7 @@ class YOLO:
             found = postprocess_batch(pred, conf=conf, iou=iou, max_det=max_det, agnostic=agnostic, classes=classes,
                                       images=len(members))
             for i, det in zip(members, found):
-                boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw)
+                boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw, items[i].ratio_pad)
                 results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
         return results
 
@@ -566,8 +573,9 @@ class YOLOFamily(families.ModelFamily):
     def image_inputs(self, variant: str, image: np.ndarray, size: int) -> list[mx.array]:
         return [mx.array(letterbox(image, size)[None]) / 255]
 
-    def prepare(self, image: np.ndarray, imgsz: int = 640) -> Letterboxed:  # type: ignore[override]
-        return YOLO.prepare(image, imgsz)
+    def prepare(self, image: np.ndarray, imgsz: int = 640,  # type: ignore[override]
+                shape: tuple[int, int] | None = None) -> Letterboxed:
+        return YOLO.prepare(image, imgsz, shape)
 
     task = "detect"
 

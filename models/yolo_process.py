@@ -6,6 +6,9 @@ postprocess: non_max_suppression: keep anchors whose best class score > conf (an
              ``classes``, whose best class is one of them), xywh -> xyxy, class-aware NMS
              (IoU > iou suppresses, at most max_det, max_nms candidates).
 scale_boxes: undo the letterbox (padding, then gain) and clip to the original image.
+
+letterbox_to: ``yolo val``'s letterbox to a batch's rect shape: the dataset's load (long side to
+             imgsz, up or down), then LetterBox(shape, scaleup=False), centred, grey 114.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ STRIDE = 32
 PAD_VALUE = 114
 MAX_NMS = 30000  # ultralytics: at most this many candidates enter NMS (highest scores)
 MAX_WH = 7680  # ultralytics: per-class coordinate offset for class-aware NMS
+RatioPad = tuple[tuple[float, float], tuple[int, int]]  # ((gain_h, gain_w), (pad_x, pad_y))
 
 
 @lru_cache(maxsize=1)
@@ -47,6 +51,35 @@ def letterbox(image: np.ndarray, imgsz: int = 640) -> np.ndarray:
     out = np.full((new_h + top + bottom, new_w + left + right, image.shape[2]), PAD_VALUE, np.uint8)
     out[top:top + new_h, left:left + new_w] = resized
     return out
+
+
+def letterbox_to(image: np.ndarray, imgsz: int, shape: tuple[int, int]) -> tuple[np.ndarray, RatioPad]:
+    """uint8 HWC -> (uint8 (shape[0], shape[1], C), ratio_pad) as ``yolo val`` prepares an image of
+    a rect batch whose letterbox shape is ``shape`` (H, W). ultralytics' dataset first resizes the
+    long side to ``imgsz`` (each side ``min(ceil(side * r), imgsz)``, upscaling included), then its
+    val LetterBox fits that into ``shape`` without scaling up, padding centred with 114.
+    ``ratio_pad`` is ((gain_h, gain_w), (pad_x, pad_y)): input pixel = image pixel * gain + pad, as
+    ultralytics' ``scale_boxes`` takes it (the two gains differ by the rounding of each side)."""
+    import math
+
+    h0, w0 = image.shape[:2]
+    r = imgsz / max(h0, w0)
+    h1, w1 = h0, w0
+    if r != 1:
+        w1, h1 = min(math.ceil(w0 * r), imgsz), min(math.ceil(h0 * r), imgsz)
+    r2 = min(shape[0] / h1, shape[1] / w1, 1.0)  # val's LetterBox never scales up
+    new_w, new_h = max(round(w1 * r2), 1), max(round(h1 * r2), 1)
+    dw, dh = (shape[1] - new_w) / 2, (shape[0] - new_h) / 2
+    top, bottom = round(dh - 0.1), round(dh + 0.1)
+    left, right = round(dw - 0.1), round(dw + 0.1)
+    # Two resizes where ultralytics makes two (the second is rare: the rect shape is padded past
+    # every image of its batch), so the pixels are its pixels.
+    resized = image if (w1, h1) == (w0, h0) else resize_bilinear(image, (w1, h1))
+    if (new_w, new_h) != (w1, h1):
+        resized = resize_bilinear(resized, (new_w, new_h))
+    out = np.full((new_h + top + bottom, new_w + left + right, image.shape[2]), PAD_VALUE, np.uint8)
+    out[top:top + new_h, left:left + new_w] = resized
+    return out, ((h1 / h0 * r2, w1 / w0 * r2), (left, top))
 
 
 def xywh2xyxy(b: np.ndarray) -> np.ndarray:
@@ -112,24 +145,35 @@ def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det
                              max_nms=max_nms, classes=classes)[0]
 
 
-def scale_boxes(input_hw: tuple[int, int], boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
-    """xyxy boxes on the letterboxed input -> on the original image (clipped to it)."""
+def letterbox_ratio_pad(input_hw: tuple[int, int], image_hw: tuple[int, int]) -> RatioPad:
+    """The gains and padding of :func:`letterbox` (one scale, centred), from the two shapes."""
     (h1, w1), (h0, w0) = input_hw, image_hw
     gain = min(h1 / h0, w1 / w0)
     new_h, new_w = max(round(h0 * gain), 1), max(round(w0 * gain), 1)
-    pad_x, pad_y = round((w1 - new_w) / 2 - 0.1), round((h1 - new_h) / 2 - 0.1)
+    return (new_h / h0, new_w / w0), (round((w1 - new_w) / 2 - 0.1), round((h1 - new_h) / 2 - 0.1))
+
+
+def scale_boxes(input_hw: tuple[int, int], boxes: np.ndarray, image_hw: tuple[int, int],
+                ratio_pad: RatioPad | None = None) -> np.ndarray:
+    """xyxy boxes on the letterboxed input -> on the original image (clipped to it).
+    ``ratio_pad``: the letterbox's gains and padding where they are known (:func:`letterbox_to`);
+    None: those of :func:`letterbox` from the shapes."""
+    (gain_h, gain_w), (pad_x, pad_y) = ratio_pad or letterbox_ratio_pad(input_hw, image_hw)
+    h0, w0 = image_hw
     out = boxes.astype(np.float32, copy=True)
-    out[:, [0, 2]] = np.clip((out[:, [0, 2]] - pad_x) / (new_w / w0), 0, w0)
-    out[:, [1, 3]] = np.clip((out[:, [1, 3]] - pad_y) / (new_h / h0), 0, h0)
+    out[:, [0, 2]] = np.clip((out[:, [0, 2]] - pad_x) / gain_w, 0, w0)
+    out[:, [1, 3]] = np.clip((out[:, [1, 3]] - pad_y) / gain_h, 0, h0)
     return out
 
 
 @dataclass(frozen=True)
 class Letterboxed:
-    """One image ready for the network: its original (H, W) and its letterboxed uint8 pixels."""
+    """One image ready for the network: its original (H, W), its letterboxed uint8 pixels and,
+    for a letterbox to a given shape, its gains and padding (None: :func:`letterbox`'s)."""
 
     image_hw: tuple[int, int]
     pixels: np.ndarray
+    ratio_pad: RatioPad | None = None
 
 
 @dataclass

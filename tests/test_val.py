@@ -88,17 +88,27 @@ def test_a_curve_worked_by_hand() -> None:
         assert result.map50 == pytest.approx(ap) and result.map == pytest.approx(ap)
 
 
-def test_matching_conventions_differ_as_documented() -> None:
+def test_ultralytics_matching_takes_the_free_label_as_yolo_val_8_4() -> None:
     """Two labels side by side; prediction 0 is label 0, prediction 1 (lower score) overlaps
-    label 0 more (IoU 96/104) than label 1 (94/106). ultralytics: prediction 1 picks label 0,
-    which prediction 0 has, and is a false positive; COCO: it takes the free label 1."""
+    label 0 more (IoU 96/104) than label 1 (94/106). ultralytics 8.4 (and COCO): prediction 1
+    takes label 1, the best label still free, up to IoU 0.887 (thresholds 0.50...0.85).
+    (ultralytics 8.3 let it pick the taken label 0 and made it a false positive.)"""
     label_boxes = boxes([0, 0, 100, 100], [10, 0, 110, 100])
     preds = boxes([0, 0, 100, 100], [4, 0, 104, 100])
     args = (preds, np.array([0.9, 0.8]), np.array([0, 0]), label_boxes, np.array([0, 0]))
     coco, ultra = match(*args, "coco"), match(*args, "ultralytics")
-    assert ultra[:, 0].tolist() == [True, False] and coco[:, 0].tolist() == [True, True]
-    # Prediction 1 fits label 1 up to IoU 0.887: thresholds 0.50...0.85.
-    assert coco[1].tolist() == [True] * 8 + [False] * 2 and not ultra[1].any() and ultra[0].all()
+    assert ultra[1].tolist() == [True] * 8 + [False] * 2 and ultra[0].all()
+    assert (ultra == coco).all()
+
+
+def test_ultralytics_matching_follows_the_given_order() -> None:
+    """ultralytics takes the predictions in NMS's order (highest score first) as given; a label
+    claimed at one threshold is still free at the thresholds its claimer missed."""
+    label_boxes = boxes([0, 0, 100, 100])
+    preds = boxes([0, 0, 100, 80], [0, 0, 100, 100])  # IoU 0.8, then 1
+    ultra = match(preds, np.array([0.9, 0.8]), np.array([0, 0]), label_boxes, np.array([0]), "ultralytics")
+    assert ultra[0].tolist() == [True] * 7 + [False] * 3  # 0.50...0.80
+    assert ultra[1].tolist() == [False] * 7 + [True] * 3  # the label is free at 0.85...0.95
 
 
 def test_other_classes_never_match_and_unlabelled_classes_are_not_averaged() -> None:

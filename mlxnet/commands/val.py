@@ -132,6 +132,12 @@ def detect(
                                help="ultralytics: `yolo val`'s numbers (each prediction picks its best-IoU label, "
                                     "the higher score keeps it; trapezoid AP); coco: pycocotools' COCOeval "
                                     "(labels taken by score; 101-point mean AP)."),
+    rect: bool = typer.Option(True, "--rect/--no-rect",
+                              help="Letterbox as `yolo val` does (default): images sorted by aspect ratio in "
+                                   "batches of --batch, each batch one shape (its ratios' range, stride 32, "
+                                   "pad 0.5), each image's long side scaled to --imgsz, then padded to its batch's "
+                                   "shape. --no-rect: each image letterboxed on its own (the smallest stride-32 "
+                                   "rectangle, as `mlxnet detect`)."),
     batch: int = grammar.batch(8),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
@@ -145,7 +151,8 @@ def detect(
 ) -> None:
     """mAP50-95, mAP50, precision and recall, overall and per class, of a detector on the
     dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300,
-    multi-label NMS), and the speed: images/s, decode / forward / NMS per image."""
+    multi-label NMS, rect letterbox batches), and the speed: images/s, decode / forward / NMS per
+    image."""
     import mlx.core as mx
 
     from mlxnet import distributed, families
@@ -154,9 +161,10 @@ def detect(
     from mlxnet.evaluation import coco
     from mlxnet.evaluation.metrics import METHODS, Stats, ap_per_class, match
     from mlxnet.evaluation.postprocess import detections
+    from mlxnet.evaluation.rect import batch_shapes, image_hw
     from mlxnet.evaluation.speed import Speed
     from mlxnet.image import load_image
-    from mlxnet.models.yolo_process import scale_boxes
+    from mlxnet.models.yolo_process import letterbox_ratio_pad, scale_boxes
 
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
@@ -179,6 +187,16 @@ def detect(
         print(f"note: the model has {len(detector.names)} classes, {labelled.source} names {len(labelled.names)}",
               file=sys.stderr, flush=True)
     jobs = [Job(Source(str(path), Path(path.name))) for path in labelled.images]
+    # Rect: every image's letterbox shape is its rect batch's, known from the headers before any
+    # decoding. The jobs keep the dataset's order (reports and --save-json in that order) and the
+    # pipeline batches images of one shape together, so a forward may mix images of several rect
+    # batches of the same shape: an image's result does not depend on its batch mates.
+    target: dict[str, tuple[int, int]] = {}
+    if rect:
+        sizes = {str(path): image_hw(path) for path in labelled.images}
+        known = [path for path, hw in sizes.items() if hw is not None]  # the others fail on decoding
+        _, shapes = batch_shapes([sizes[path] for path in known], batch, imgsz)
+        target = {path: (int(h), int(w)) for path, (h, w) in zip(known, shapes)}
     stats = Stats()
     predictions: list[dict] = []  # COCO results, for --save-json
     speed = Speed()
@@ -187,7 +205,7 @@ def detect(
         with speed.timed("decode"):
             image = load_image(job.source.path)
             boxes, ids = labelled.labels(job.source.path, image.shape[1], image.shape[0])
-            return family.prepare(image, imgsz=imgsz), boxes, ids
+            return family.prepare(image, imgsz=imgsz, shape=target.get(str(job.source.path))), boxes, ids
 
     def predict(yolo, items: list) -> list:
         shape = items[0][0].pixels.shape  # one letterbox shape a batch (group below)
@@ -202,13 +220,22 @@ def detect(
             for i, (boxed, _, _) in enumerate(items):
                 boxes, scores, classes = detections(head[i], conf=conf, iou=iou, max_det=max_det,
                                                     multi_label=not single_label)
-                found.append((scale_boxes(shape[:2], boxes, boxed.image_hw), scores, classes))
+                found.append((boxes, scale_boxes(shape[:2], boxes, boxed.image_hw, boxed.ratio_pad), scores,
+                              classes))
         return found
 
     def finish(job: Job, item: tuple[Any, np.ndarray, np.ndarray], det) -> tuple[dict, str | None]:
-        _, boxes, ids = item
-        pred_boxes, scores, classes = det
-        correct = match(pred_boxes, scores, classes, boxes, ids, metric)
+        boxed, boxes, ids = item
+        input_boxes, pred_boxes, scores, classes = det
+        if metric == "ultralytics":
+            # yolo val (8.4) matches on the network input: the labels mapped onto it, the
+            # predictions as NMS gave them (not clipped to the image, which mapping back does).
+            (gain_h, gain_w), (pad_x, pad_y) = (boxed.ratio_pad or
+                                                letterbox_ratio_pad(boxed.pixels.shape[:2], boxed.image_hw))
+            on_input = np.asarray(boxes, np.float64) * [gain_w, gain_h, gain_w, gain_h] + [pad_x, pad_y, pad_x, pad_y]
+            correct = match(input_boxes, scores, classes, on_input, ids, metric)
+        else:  # COCOeval reads the --save-json boxes: on the image, clipped
+            correct = match(pred_boxes, scores, classes, boxes, ids, metric)
         stats.add(correct, scores, classes, ids)  # the writer thread alone adds: no lock
         if save_json is not None:
             predictions.extend(coco_results(labelled.image_id(job.source.path), pred_boxes, scores, classes,

@@ -5,9 +5,10 @@ Per image, each prediction is marked a true positive at each IoU threshold 0.50:
 (:func:`match`); over the dataset, per class, the predictions sorted by score give a
 precision/recall curve whose area is the class's AP (:func:`ap_per_class`). Two conventions:
 
-- ``ultralytics`` (``yolo val``'s numbers): at each threshold each prediction picks the label of
-  its class with the highest IoU >= threshold, and a label picked by several goes to the first
-  prediction (highest score) alone; AP is the trapezoid area under the monotone precision
+- ``ultralytics`` (``yolo val``'s numbers, ultralytics 8.4): at each threshold the predictions,
+  highest score first (NMS's order), each take the unclaimed label of their class with the highest
+  IoU, a hit where it reaches the threshold (on the network input: the command maps the labels
+  there, as ``yolo val`` does); AP is the trapezoid area under the monotone precision
   envelope sampled at 101 recall points (so a perfect class scores 0.995, not 1: the envelope
   drops to 0 at recall 1).
 - ``coco`` (pycocotools' COCOeval, area range "all", no crowd labels, every prediction kept):
@@ -52,18 +53,18 @@ def match(pred_boxes: np.ndarray, pred_scores: np.ndarray, pred_classes: np.ndar
     iou = box_iou(label_boxes, pred_boxes)  # (labels, predictions)
     iou = iou * (np.asarray(label_classes)[:, None] == np.asarray(pred_classes)[None, :])  # same class only
     if method == "ultralytics":
-        # Each prediction picks the label with its highest IoU >= threshold (ties: the lower
-        # label index); a label picked by several goes to the first in the given order (the
-        # predictions come highest score first), the others are false positives even where a
-        # second label would have fitted them. That is `yolo val`'s rule, not a greedy by IoU.
-        for j, threshold in enumerate(thresholds):
-            ok = iou >= threshold
-            chosen = np.flatnonzero(ok.any(axis=0))
-            if chosen.size == 0:
-                continue
-            best = np.where(ok, iou, -1.0).argmax(axis=0)[chosen]
-            _, first = np.unique(best, return_index=True)
-            correct[chosen[first], j] = True
+        # ultralytics 8.4's match_predictions: the predictions in the given order (NMS's, highest
+        # score first), each takes the unclaimed label of its class with the highest IoU (ties: the
+        # lower label index), a hit where that IoU reaches the threshold, each threshold on its
+        # own. (ultralytics 8.3 let each prediction pick its best label, taken or not, the first
+        # in order keeping it.)
+        matched = np.zeros((len(label_classes), t), bool)
+        rows = np.arange(t)
+        for p in np.flatnonzero((iou >= thresholds.min()).any(axis=0)):
+            available = np.where(matched, 0.0, iou[:, p, None])
+            best = available.argmax(axis=0)
+            correct[p] = available[best, rows] >= thresholds
+            matched[best, rows] |= correct[p]
         return correct
     if method != "coco":
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
