@@ -61,10 +61,31 @@ def profile(run: Callable[[], None], reps: int, trace: Path) -> dict:
     by_kind: dict[str, float] = defaultdict(float)
     for name, ds in by_name.items():
         by_kind[kind(name)] += sum(ds) / reps
+    events_ms, events_n = _device_events(prof)
     return {"wall_ms": wall, "busy_ms": sum(sum(d) for d in by_name.values()) / reps,
             "kernels": len(kernels) / reps, "by_kind": dict(by_kind), "gaps": gaps,
+            "busy_ms_events": events_ms / reps, "kernels_events": events_n / reps,
             "host_calls": _host_cuda_calls(events, reps),
             "top": sorted(((sum(ds) / reps, len(ds) / reps, name) for name, ds in by_name.items()), reverse=True)}
+
+
+def device_time_us(event) -> float:
+    """A profiler event's device time: ``device_time_total`` in newer torch (2.4 on),
+    ``cuda_time_total`` before (later kept only as a deprecated alias)."""
+    for name in ("device_time_total", "cuda_time_total"):
+        value = getattr(event, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0
+
+
+def _device_events(prof) -> tuple[float, int]:
+    """Device ms and count of the profiler's own device events (kernels, copies, sets): a
+    cross-check of the trace's sums, which should agree."""
+    from torch.autograd import DeviceType
+
+    device = [e for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA]
+    return sum(device_time_us(e) for e in device) / 1e3, len(device)
 
 
 def _gaps(kernels: list[dict], reps: int) -> dict:
