@@ -149,6 +149,10 @@ def kernels(run: Callable[[], None], reps: int, trace: Path) -> dict:
     import profile_gpu  # scripts/bench, beside this file
 
     stats = profile_gpu.profile(run, reps, trace)
+    if not stats["kernels"]:
+        # a forward on the GPU runs kernels: none recorded means CUPTI was not tracing (another
+        # profiler attached, or no permission for GPU counters), not a free forward
+        return {"kernel_ms": None, "kernels": None, "kernel_note": "n/a (profiler saw no kernels)"}
     return {"kernel_ms": stats["busy_ms"], "kernels": stats["kernels"],
             "kernel_ms_events": stats["busy_ms_events"], "kernels_events": stats["kernels_events"],
             "profiled_wall_ms": stats["wall_ms"], "gpu_idle_ms": stats["gaps"]["idle_ms"],
@@ -322,7 +326,7 @@ def cell(sides: dict[str, dict], side: str, key: str, fmt: str, dry: bool) -> st
         return "failed: " + r["error"].replace("|", "\\|")
     value = r.get(key)
     if value is None:
-        return NO_CUDA if dry else "n/a"
+        return NO_CUDA if dry else r.get("kernel_note", "n/a") if key in ("kernel_ms", "kernels") else "n/a"
     return format(value, fmt)
 
 
