@@ -65,8 +65,8 @@ def test_a_curve_worked_by_hand() -> None:
     recall 1/3, 1/3, 2/3; precision 1, 1/2, 2/3. The envelope is 1 up to recall 1/3 and 2/3 up
     to recall 2/3. COCO's 101 points: r = 0.00...0.33 (34 points) -> 1, r = 0.34...0.66 (33)
     -> 2/3, r >= 0.67 (34) -> 0: AP = (34 + 33 * 2/3) / 101 = 56/101. ultralytics' trapezoid
-    also falls linearly from 2/3 to 0 between recall 2/3 and 1: the area is about
-    1/3 + 2/9 + 1/9 = 2/3 (the 0.01 grid blurs the step at 1/3: computed below)."""
+    (8.4) drops to 0 just past recall 2/3: the area is about 1/3 + 2/9 = 5/9 (the 0.01 grid
+    blurs the steps: computed below)."""
     a, b, c = [10, 10, 50, 50], [60, 10, 90, 40], [0, 0, 40, 40]
     image1 = (boxes(a, [200, 200, 240, 240]), np.array([0.9, 0.8]), np.array([0, 0]), boxes(a, b), np.array([0, 0]))
     image2 = (boxes(c), np.array([0.7]), np.array([0]), boxes(c), np.array([0]))
@@ -76,13 +76,14 @@ def test_a_curve_worked_by_hand() -> None:
     assert recall[:, 0].tolist() == pytest.approx([1 / 3, 1 / 3, 2 / 3])
     assert precision[:, 0].tolist() == pytest.approx([1, 1 / 2, 2 / 3])
     assert average_precision(recall[:, 0], precision[:, 0], "coco") == pytest.approx(56 / 101)
-    # The trapezoid by hand: 1 on 0...0.33, the step between 0.33 (1) and 0.34 (2/3), 2/3 on
-    # 0.34...0.66, the 2/3-to-0 ramp from 0.67 on, sampled every 0.01 (0.67 -> 2/3 * 33/33.33...).
+    # The trapezoid by hand (ultralytics 8.4): 1 on 0...0.33, the step between 0.33 (1) and 0.34
+    # (2/3), 2/3 on 0.34...0.66, then precision 0 past the highest recall reached (2/3): the grid
+    # point 0.67 is already 0, so the last trapezoid (0.66 -> 0.67) is half of 2/3 * 0.01.
     grid = np.linspace(0, 1, 101)
-    y = np.where(grid <= 1 / 3, 1.0, np.where(grid <= 2 / 3, 2 / 3, 2 / 3 * (1 - grid) / (1 / 3)))
+    y = np.where(grid <= 1 / 3, 1.0, np.where(grid <= 2 / 3, 2 / 3, 0.0))
     trapezoid = sum((y[i] + y[i + 1]) / 2 * 0.01 for i in range(100))
     assert average_precision(recall[:, 0], precision[:, 0], "ultralytics") == pytest.approx(trapezoid)
-    assert trapezoid == pytest.approx(2 / 3, abs=0.01)
+    assert trapezoid == pytest.approx(5 / 9, abs=0.01)
     for method, ap in (("coco", 56 / 101), ("ultralytics", trapezoid)):
         result = evaluate([image1, image2], method)
         assert result.map50 == pytest.approx(ap) and result.map == pytest.approx(ap)

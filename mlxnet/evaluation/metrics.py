@@ -120,8 +120,10 @@ def average_precision(recall: np.ndarray, precision: np.ndarray, method: str = "
     """Area under one (recall, precision) curve at 101 recall points (see the module's doc)."""
     points = np.linspace(0, 1, 101)
     if method == "ultralytics":
-        r = np.concatenate([[0.0], recall, [1.0]])
-        p = np.concatenate([[1.0], precision, [0.0]])
+        # ultralytics 8.4: the curve drops to precision 0 just past the highest recall reached
+        # (a sentinel there), not along a ramp from the last precision to 0 at recall 1.
+        r = np.concatenate([[0.0], recall, [recall[-1] if len(recall) else 1.0], [1.0]])
+        p = np.concatenate([[1.0], precision, [0.0], [0.0]])
         p = np.maximum.accumulate(p[::-1])[::-1]  # the envelope: best precision at this recall or more
         y = np.interp(points, r, p)
         return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(points)))
