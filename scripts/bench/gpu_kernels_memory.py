@@ -297,6 +297,8 @@ def run_side(row: str, side: str, args: argparse.Namespace) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)  # the side's own process group (torch.compile's workers too)
             proc.wait()
             reader.join(5)
+            if result_file.exists():  # measured, then stuck on the way out (compile workers): keep it
+                return dict(json.loads(result_file.read_text()), exit="killed after its result")
             return {"side": side, "error": f"timed out after {args.timeout:g} s", "log_tail": list(tail)}
         reader.join(5)
         if result_file.exists():
