@@ -1,77 +1,42 @@
 """mlxnet's ByteTrack against ultralytics' BYTETracker (the reference its users know) on the same
 synthetic detections: the same ids on the same boxes, frame by frame, with ultralytics'
-``bytetrack.yaml`` settings. Skipped where ultralytics is not installed (it is no dependency:
-``pip install ultralytics`` to run it)."""
+``bytetrack.yaml`` settings. Always against the ids ultralytics gave, stored by
+scripts/goldens/golden_bytetrack.py (tests/fixtures/track/bytetrack_golden.json); also live
+where ultralytics is installed (it is no dependency)."""
 from __future__ import annotations
 
-import os
-import tempfile
-from types import SimpleNamespace
+import json
+from pathlib import Path
 
-import numpy as np
 import pytest
 
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="ultralytics-"))  # its settings file, not ~
-byte_tracker = pytest.importorskip("ultralytics.trackers.byte_tracker")
+from mlxnet.tracking import ByteTracker
+from track_scenes import scene, ultralytics_ids
 
-from mlxnet.tracking import ByteTracker  # noqa: E402
-
-SETTINGS = SimpleNamespace(tracker_type="bytetrack", track_high_thresh=0.25, track_low_thresh=0.1,
-                           new_track_thresh=0.25, track_buffer=30, match_thresh=0.8, fuse_score=True)
+GOLDEN = Path(__file__).parent / "fixtures" / "track" / "bytetrack_golden.json"
 
 
-class Boxes:
-    """What BYTETracker.update reads of ultralytics' Boxes: conf, cls, xywh, boolean indexing."""
-
-    def __init__(self, xyxy: np.ndarray, conf: np.ndarray, cls: np.ndarray) -> None:
-        self.xyxy, self.conf, self.cls = xyxy, conf, cls
-
-    @property
-    def xywh(self) -> np.ndarray:
-        x1, y1, x2, y2 = self.xyxy.T
-        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
-
-    def __getitem__(self, mask) -> "Boxes":
-        return Boxes(self.xyxy[mask], self.conf[mask], self.cls[mask])
-
-    def __len__(self) -> int:
-        return len(self.conf)
-
-
-def scene(seed: int, frames: int = 60, objects: int = 6) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Objects moving linearly (some crossing), each detection jittered, missed now and then,
-    scored low at times (occlusion), plus a few one-frame false positives; shuffled order."""
-    rng = np.random.default_rng(seed)
-    start = rng.uniform([50, 50], [600, 400], size=(objects, 2))
-    velocity = rng.uniform(-6, 6, size=(objects, 2))
-    size = rng.uniform([30, 60], [80, 160], size=(objects, 2))
+def _ours(seed: int) -> list[dict[int, int]]:
+    tracker = ByteTracker(frame_rate=30)
     out = []
-    for t in range(frames):
-        rows, scores = [], []
-        for k in range(objects):
-            if rng.random() < 0.08 or (k == 0 and 20 <= t < 26):  # missed; object 0 hidden for 6 frames
-                continue
-            c = start[k] + velocity[k] * t + rng.normal(0, 1.0, 2)
-            w, h = size[k] * rng.uniform(0.97, 1.03, 2)
-            rows.append([c[0] - w / 2, c[1] - h / 2, c[0] + w / 2, c[1] + h / 2])
-            scores.append(rng.uniform(0.12, 0.24) if rng.random() < 0.15 else rng.uniform(0.4, 0.95))
-        for _ in range(rng.poisson(0.3)):  # false positives
-            x, y = rng.uniform(0, 600), rng.uniform(0, 400)
-            rows.append([x, y, x + 40, y + 80])
-            scores.append(rng.uniform(0.2, 0.6))
-        order = rng.permutation(len(rows))
-        out.append((np.array(rows, np.float64).reshape(-1, 4)[order], np.array(scores)[order],
-                    np.zeros(len(rows))))
+    for boxes, scores, classes in scene(seed):
+        kept, ids = tracker.update(boxes, scores, classes)
+        out.append(dict(zip(kept.tolist(), ids.tolist())))
     return out
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_same_ids_as_ultralytics_frame_by_frame(seed):
-    ours = ByteTracker(frame_rate=30)
-    theirs = byte_tracker.BYTETracker(SETTINGS)
-    for t, (boxes, scores, classes) in enumerate(scene(seed)):
-        kept, ids = ours.update(boxes, scores, classes)
-        reference = theirs.update(Boxes(boxes.astype(np.float32), scores.astype(np.float32),
-                                        classes.astype(np.float32)))
-        expected = {int(row[7]): int(row[4]) for row in reference}  # detection index -> track id
-        assert dict(zip(kept.tolist(), ids.tolist())) == expected, f"seed {seed}, frame {t}"
+def test_same_ids_as_ultralytics_stored(seed):
+    stored = json.loads(GOLDEN.read_text())["scenes"][str(seed)]
+    expected = [{int(i): int(t) for i, t in frame} for frame in stored]
+    ours = _ours(seed)
+    assert len(ours) == len(expected)
+    for t, (got, want) in enumerate(zip(ours, expected)):
+        assert got == want, f"seed {seed}, frame {t}"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_same_ids_as_ultralytics_live(seed):
+    pytest.importorskip("ultralytics.trackers.byte_tracker")
+    for t, (got, want) in enumerate(zip(_ours(seed), ultralytics_ids(seed))):
+        assert got == want, f"seed {seed}, frame {t}"
