@@ -319,12 +319,16 @@ def row_label(row: str) -> str:
     return f"{name} b{batch} {dtype.replace('float', 'fp')}"
 
 
-def cell(sides: dict[str, dict], side: str, key: str, fmt: str, dry: bool) -> str:
-    """One side's value in a table cell: the number, "failed: <why>", "n/a …" or "–" (not run)."""
+def cell(sides: dict[str, dict], side: str, key: str, fmt: str, dry: bool, told: set[str]) -> str:
+    """One side's value in a table cell: the number, "failed: <why>" (the why only in the row's
+    first cell of that side, "failed" after), "n/a …" or "–" (not run)."""
     r = sides.get(side)
     if r is None:
         return "–"
     if "error" in r:
+        if side in told:
+            return "failed"
+        told.add(side)
         return "failed: " + r["error"].replace("|", "\\|")
     value = r.get(key)
     if value is None:
@@ -345,13 +349,14 @@ def table(report: dict) -> str:
     for row in report["rows"]:
         s = {r["side"]: dict(r, peak_mb=mb(r.get("peak_bytes")), weights_mb=mb(r.get("weights_bytes")))
              for r in row["sides"]}
+        told: set[str] = set()
         torch_side = next((x for x in TORCH_SIDES if x in s and "error" not in s[x]), TORCH_SIDES[0])
         cells = [row_label(row["row"]),
-                 " / ".join(cell(s, x, "kernel_ms", ".2f", dry) for x in three),
-                 " / ".join(cell(s, x, "kernels", ".0f", dry) for x in three),
-                 " / ".join(cell(s, x, "peak_mb", ".0f", dry) for x in three),
-                 " / ".join(cell(s, x, "wall_ms", ".2f", dry) for x in ("mlxnet", "compile-ro")),
-                 " / ".join(cell(s, x, "weights_mb", ".0f", dry) for x in ("mlxnet", torch_side))]
+                 " / ".join(cell(s, x, "kernel_ms", ".2f", dry, told) for x in three),
+                 " / ".join(cell(s, x, "kernels", ".0f", dry, told) for x in three),
+                 " / ".join(cell(s, x, "peak_mb", ".0f", dry, told) for x in three),
+                 " / ".join(cell(s, x, "wall_ms", ".2f", dry, told) for x in ("mlxnet", "compile-ro")),
+                 " / ".join(cell(s, x, "weights_mb", ".0f", dry, told) for x in ("mlxnet", torch_side))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
