@@ -63,3 +63,24 @@ def test_no_bands_inside_a_compiled_trace(three_streams):
         assert cpu_bands.band_count(10**9, 1) == 1
     assert cpu_bands.band_count(10**9, 1) == 3
     assert cpu_bands.band_count(5, 2) == 2
+
+
+def test_bands_on_other_threads():
+    """MLX's streams belong to the thread that made them: each thread gets its own (mlxnet app
+    runs its models on a worker thread)."""
+    import threading
+
+    with mlxnet.use_device("cpu"):
+        x, w = mx.random.normal((1, 128, 128, 64), key=mx.random.key(5)), mx.random.normal((64, 3, 3, 1))
+        want = np.array(ops.conv2d(x, w, padding=1, groups=64))
+    got: list[np.ndarray] = []
+
+    def work() -> None:
+        with mlxnet.use_device("cpu"):
+            got.append(np.array(ops.conv2d(x, w, padding=1, groups=64)))
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 2 and all(np.array_equal(g, want) for g in got)

@@ -11,6 +11,7 @@ forward's trace runs the op whole) and on the CPU back end (GPU streams share on
 from __future__ import annotations
 
 import os
+import threading
 from functools import lru_cache
 from typing import Callable
 
@@ -22,14 +23,26 @@ MAX_BANDS = 8  # beyond this, the concatenation's single-threaded copy dominates
 
 
 @lru_cache(maxsize=1)
-def _streams() -> tuple[mx.Stream, ...]:
-    """One CPU stream per usable core (the process's CPU affinity), at most MAX_BANDS; none on one core."""
+def _cores() -> int:
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))  # the process's CPU affinity
     except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    n = min(cores, MAX_BANDS)
-    return tuple(mx.new_stream(mx.cpu) for _ in range(n)) if n > 1 else ()
+        return os.cpu_count() or 1
+
+
+_local = threading.local()
+
+
+def _streams() -> tuple[mx.Stream, ...]:
+    """One CPU stream per usable core, at most MAX_BANDS (none on one core), made once per
+    thread: MLX's streams belong to the thread that made them (another thread's use raises
+    "There is no Stream(cpu, N) in current thread"). Each thread that runs a banded op keeps
+    its streams for its lifetime: ``mlxnet app`` runs its models on one worker thread."""
+    streams = getattr(_local, "streams", None)
+    if streams is None:
+        n = min(_cores(), MAX_BANDS)
+        streams = _local.streams = tuple(mx.new_stream(mx.cpu) for _ in range(n)) if n > 1 else ()
+    return streams
 
 
 def band_count(work: int, min_work: int) -> int:
