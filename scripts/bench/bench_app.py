@@ -11,7 +11,10 @@ masks upsampled, as SAM's predictor does) and MobileSAM's ``SamPredictor.predict
 masks, ``multimask_output=True``), each the median of ``--repeat`` calls after two warm-up calls;
 and the embedding (``set_image``, median of 3) on both sides. MobileSAM runs in its own process
 (two thread pools in one process would share the cores). Weights: the tests' seeded ones
-(mobile_sam.pt's keys, tests/fixtures/sam/), the same on both sides.
+(mobile_sam.pt's keys, tests/fixtures/sam/), the same on both sides. mlxnet's side runs as the
+``mlxnet`` command (so ``mlxnet app``) runs: glibc keeps freed memory for reuse
+(:func:`mlxnet.tune_cpu`) unless ``MLXNET_MALLOC=system``, which times the library in a plain
+Python process instead (every large array then page-faults afresh); its record says which.
 
 erase: whole ``mlxnet erase`` processes on the photo resized to ``--erase-size``, with the seeded
 SAM weights and LaMa's random ones (speed does not depend on the values): once with a point
@@ -52,17 +55,20 @@ def mlxnet_side(image_path: str, weights: str, point: list[float], repeat: int, 
     import numpy as np
 
     import mlxnet
+    from mlxnet import env
     from mlxnet.app.server import png_bytes
     from mlxnet.image import load_image
     from mlxnet.models.sam import SamPredictor
 
+    if env.switch("MLXNET_MALLOC") == "tuned":  # as the mlxnet command does for its process
+        mlxnet.tune_cpu()
     mlxnet.use_device(device)
     image = load_image(image_path)
     predictor = SamPredictor.from_pretrained(weights)
     embed = median_ms(lambda: predictor.set_image(image), 3, warmup=1)
     coords, labels = np.array([point]), np.array([1])
     mask, _ = predictor.predict_best(coords, labels)
-    return {"image": f"{image.shape[1]}x{image.shape[0]}", "embed_ms": embed,
+    return {"image": f"{image.shape[1]}x{image.shape[0]}", "malloc": mlxnet.malloc_info(), "embed_ms": embed,
             "click_ms": median_ms(lambda: predictor.predict_best(coords, labels), repeat),
             "click_png_ms": median_ms(lambda: png_bytes(mask), repeat),
             "predict_3_masks_ms": median_ms(lambda: predictor.predict(coords, labels, multimask_output=True), repeat)}
