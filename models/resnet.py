@@ -309,6 +309,17 @@ class Classifier:
             raise MlxnetError(f"{len(names)} class names for a {classes}-class model")
         self.net, self.names = net, tuple(names) if names is not None else None
 
+    @property
+    def classes(self) -> int:
+        """How many classes the model tells apart."""
+        return int(self.net.fc.weight.shape[0])
+
+    @property
+    def label_names(self) -> tuple[str, ...] | None:
+        """The names its predictions carry: its own, else ImageNet's for 1000 classes, else None
+        (labels are then the class indices)."""
+        return self.names or (imagenet_classes() if self.classes == 1000 else None)
+
     def predict(self, images: ImageInput | Sequence[ImageInput],
                 k: int = 5) -> Classification | list[Classification]:
         """The top ``k`` labels of one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX
@@ -321,6 +332,11 @@ class Classifier:
     def prepare(image: ImageInput) -> np.ndarray:
         """The host half of :meth:`predict` for one image: its normalised 224² crop."""
         return preprocess_pixels(as_rgb(image, "Classifier.predict"))
+
+    def logits(self, items: Sequence[np.ndarray]) -> np.ndarray:
+        """The raw (B, classes) float32 logits of images already through :meth:`prepare`, on the
+        host: what an evaluation ranks its own way."""
+        return np.array(self.net(mx.array(np.stack(items))).astype(mx.float32))  # the forward runs here
 
     def predict_prepared(self, items: Sequence[np.ndarray], k: int = 5) -> list[Classification]:
         """:meth:`predict` for images already through :meth:`prepare`: one batch, one forward."""

@@ -29,6 +29,7 @@ from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
+from .yolo_val import detections as val_detections
 from .yolo_process import (Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch,
                            scale_boxes)
 
@@ -553,6 +554,22 @@ class YOLO:
                 boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw, items[i].ratio_pad)
                 results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
         return results
+
+    def head_outputs(self, items: Sequence[Letterboxed]) -> np.ndarray:
+        """The raw head output (B, A, 4 + nc) float32 for letterboxed images of one shape, on the
+        host: what an evaluation thresholds and suppresses its own way (:meth:`val_detections`)."""
+        dtype = self.net.model[0].conv.weight.dtype
+        head = self.net(mx.array(np.stack([item.pixels for item in items])).astype(dtype) / 255)
+        return np.array(head.astype(mx.float32))  # MLX is lazy: the forward runs here
+
+    def val_detections(self, head: np.ndarray, item: Letterboxed, *, conf: float = 0.001, iou: float = 0.7,
+                       max_det: int = 300, multi_label: bool = True
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One image's head output -> its detections as ``yolo val`` makes them
+        (:mod:`.yolo_val`): xyxy boxes on the network input, the same on the image (clipped),
+        scores and classes, highest score first."""
+        boxes, scores, classes = val_detections(head, conf=conf, iou=iou, max_det=max_det, multi_label=multi_label)
+        return boxes, scale_boxes(item.pixels.shape[:2], boxes, item.image_hw, item.ratio_pad), scores, classes
 
 
 class YOLOFamily(families.ModelFamily):

@@ -175,6 +175,12 @@ class Letterboxed:
     pixels: np.ndarray
     ratio_pad: RatioPad | None = None
 
+    def to_input(self, boxes: np.ndarray) -> np.ndarray:
+        """xyxy boxes on the original image -> on the letterboxed input (the inverse of
+        :func:`scale_boxes`, without its clipping)."""
+        (gain_h, gain_w), (pad_x, pad_y) = self.ratio_pad or letterbox_ratio_pad(self.pixels.shape[:2], self.image_hw)
+        return np.asarray(boxes, np.float64) * [gain_w, gain_h, gain_w, gain_h] + [pad_x, pad_y, pad_x, pad_y]
+
 
 @dataclass
 class Detections:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlxnet import ops
-from mlxnet.evaluation.postprocess import detections, highest
+from mlxnet.models.yolo_val import detections, highest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "nms" / "nms_golden.npz"

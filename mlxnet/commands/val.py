@@ -153,18 +153,14 @@ def detect(
     dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300,
     multi-label NMS, rect letterbox batches), and the speed: images/s, decode / forward / NMS per
     image."""
-    import mlx.core as mx
-
     from mlxnet import distributed, families
     from mlxnet.commands.images import Job, Source, load_model
     from mlxnet.commands.pipeline import run_jobs
     from mlxnet.evaluation import coco
     from mlxnet.evaluation.metrics import METHODS, Stats, ap_per_class, match
-    from mlxnet.evaluation.postprocess import detections
     from mlxnet.evaluation.rect import batch_shapes, image_hw
     from mlxnet.evaluation.speed import Speed
     from mlxnet.image import load_image
-    from mlxnet.models.yolo_process import letterbox_ratio_pad, scale_boxes
 
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
@@ -208,21 +204,11 @@ def detect(
             return family.prepare(image, imgsz=imgsz, shape=target.get(str(job.source.path))), boxes, ids
 
     def predict(yolo, items: list) -> list:
-        shape = items[0][0].pixels.shape  # one letterbox shape a batch (group below)
         with speed.timed("forward"):
-            dtype_ = yolo.net.model[0].conv.weight.dtype
-            pixels = mx.array(np.stack([boxed.pixels for boxed, _, _ in items]))
-            head = yolo.net(pixels.astype(dtype_) / 255).astype(mx.float32)
-            mx.eval(head)  # MLX is lazy: the forward's time is spent here
+            head = yolo.head_outputs([boxed for boxed, _, _ in items])  # one letterbox shape a batch
         with speed.timed("nms"):
-            head = np.array(head)
-            found = []
-            for i, (boxed, _, _) in enumerate(items):
-                boxes, scores, classes = detections(head[i], conf=conf, iou=iou, max_det=max_det,
-                                                    multi_label=not single_label)
-                found.append((boxes, scale_boxes(shape[:2], boxes, boxed.image_hw, boxed.ratio_pad), scores,
-                              classes))
-        return found
+            return [yolo.val_detections(head[i], boxed, conf=conf, iou=iou, max_det=max_det,
+                                        multi_label=not single_label) for i, (boxed, _, _) in enumerate(items)]
 
     def finish(job: Job, item: tuple[Any, np.ndarray, np.ndarray], det) -> tuple[dict, str | None]:
         boxed, boxes, ids = item
@@ -230,10 +216,7 @@ def detect(
         if metric == "ultralytics":
             # yolo val (8.4) matches on the network input: the labels mapped onto it, the
             # predictions as NMS gave them (not clipped to the image, which mapping back does).
-            (gain_h, gain_w), (pad_x, pad_y) = (boxed.ratio_pad or
-                                                letterbox_ratio_pad(boxed.pixels.shape[:2], boxed.image_hw))
-            on_input = np.asarray(boxes, np.float64) * [gain_w, gain_h, gain_w, gain_h] + [pad_x, pad_y, pad_x, pad_y]
-            correct = match(input_boxes, scores, classes, on_input, ids, metric)
+            correct = match(input_boxes, scores, classes, boxed.to_input(boxes), ids, metric)
         else:  # COCOeval reads the --save-json boxes: on the image, clipped
             correct = match(pred_boxes, scores, classes, boxes, ids, metric)
         stats.add(correct, scores, classes, ids)  # the writer thread alone adds: no lock

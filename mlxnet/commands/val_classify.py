@@ -63,14 +63,12 @@ def classify(
 ) -> None:
     """Top-1 and top-5 accuracy, overall and per class, of a classifier on an ImageFolder tree,
     and the speed: images/s, decode / forward / top-k per image."""
-    import mlx.core as mx
 
     from mlxnet import distributed, families
     from mlxnet.commands.images import Job, Source, load_model
     from mlxnet.commands.pipeline import run_jobs
     from mlxnet.evaluation.speed import Speed
     from mlxnet.image import load_image
-    from mlxnet.models.resnet import imagenet_classes
     from mlxnet.training.data import scan
 
     grammar.apply_device(device)
@@ -80,8 +78,8 @@ def classify(
     family = families.for_task(model or "resnet50", "classify")
     tree = scan(data)
     classifier = load_model(lambda: family.predictor(weights, model, dtype))
-    classes = int(classifier.net.fc.weight.shape[0])
-    names = classifier.names or (imagenet_classes() if classes == 1000 else None)
+    classes = classifier.classes
+    names = classifier.label_names
     wanted = class_indices(data, tree.classes, names, classes, classifier.names is not None)
     label_of = {str(s.path): wanted[s.label] for s in tree.samples}
     shown = names or tuple(str(i) for i in range(classes))
@@ -95,10 +93,8 @@ def classify(
 
     def predict(_classifier: Any, items: list) -> list:
         with speed.timed("forward"):
-            logits = classifier.net(mx.array(np.stack(items)))
-            mx.eval(logits)
+            scores = classifier.logits(items)
         with speed.timed("topk"):
-            scores = np.array(logits.astype(mx.float32))
             # Stable: of equal logits the lower class index ranks first.
             return list(np.argsort(-scores, axis=1, kind="stable")[:, :k])
 

@@ -13,7 +13,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlxnet import ops
-from mlxnet.models.yolo_process import MAX_NMS, MAX_WH, xywh2xyxy
+from .yolo_process import MAX_NMS, MAX_WH, xywh2xyxy
 
 
 def candidates(head: np.ndarray, conf: float,
