@@ -56,3 +56,18 @@ def test_extreme_inputs_stay_finite_and_right(name):
     if name != "gelu":
         inf = mx.array([float("inf")])
         assert float(getattr(ops, name)(inf)[0]) == float(TORCH[name](torch.tensor([float("inf")]))[0])
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_gelu_tanh_form_matches_torch(dtype):
+    x = (mx.random.normal((4, 5, 6, 33), key=mx.random.key(2)) * 5).astype(dtype)
+    tx = torch.tensor(to_numpy(x), dtype=torch.float64, requires_grad=True)
+    with mlxnet.use_device("cpu"):
+        y = ops.gelu(x, approximate="tanh")
+        g = mx.grad(lambda v: (ops.gelu(v, approximate="tanh").astype(mx.float32)
+                               * mx.cos(v.astype(mx.float32))).sum())(x)
+    ty = torch.nn.functional.gelu(tx, approximate="tanh")
+    (ty * torch.cos(tx)).sum().backward()
+    assert y.dtype == dtype and g.dtype == dtype
+    assert_close(y, ty.detach().numpy(), dtype, scale=2)
+    assert_close(g, tx.grad.numpy(), dtype, scale=4)

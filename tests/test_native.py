@@ -1,5 +1,5 @@
 """mlxnet's CPU primitives (custom_kernels/cpu_ops.cpp via mlxnet._native): built, equal to the
-MLX references and the ops' definitions (sigmoid and softmax at edge values too), differentiable,
+MLX references and the ops' definitions (sigmoid, GELU and softmax at edge values too), differentiable,
 used by the ops, and a clean fallback when they cannot build."""
 from __future__ import annotations
 
@@ -306,6 +306,106 @@ def test_sigmoid_and_softmax_compile_nothing_into_tmpdir(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and "mlx" in p.parts], list(tmp_path.rglob("*"))
+
+
+GELU_FORMS = ["none", "tanh"]
+
+
+def _gelu64(x, approximate="none"):
+    """GELU in float64 (torch's erfc: x·Φ(x) keeps its digits in the negative tail)."""
+    import torch
+
+    t = torch.tensor(np.array(x).astype(np.float64))
+    if approximate == "tanh":
+        return (0.5 * t * (1 + torch.tanh(0.7978845608028654 * (t + 0.044715 * t ** 3)))).numpy()
+    return (t * 0.5 * torch.special.erfc(-t / 2 ** 0.5)).numpy()
+
+
+@pytest.mark.parametrize("approximate", GELU_FORMS)
+def test_gelu_equals_the_definition(native, monkeypatch, approximate):
+    calls = []
+    fused = native.gelu
+    monkeypatch.setattr(native, "gelu", lambda x, tanh: calls.append((x.shape, tanh)) or fused(x, tanh=tanh))
+    definition = ops.gelu.op.definition
+    for i, shape in enumerate(ACTIVATION_SHAPES):  # uneven splits over the cores among them
+        x = _sample(shape, 90 + i)
+        got = ops.gelu(x, approximate=approximate)
+        assert got.shape == x.shape and got.dtype == mx.float32
+        assert_close(got, definition(x, approximate=approximate), scale=2)
+        want = _gelu64(x, approximate)
+        np.testing.assert_allclose(np.array(got), want, rtol=1e-6, atol=2e-7 * np.abs(np.array(x)).max())
+    assert calls == [(shape, approximate == "tanh") for shape in ACTIVATION_SHAPES]
+    # edge values: NaN and ±inf where the definition has them (−inf·0 = NaN at −inf), the rest close
+    edges = mx.array(EDGES)
+    got, want = np.array(ops.gelu(edges, approximate=approximate)), np.array(definition(edges, approximate=approximate))
+    assert (np.isnan(got) == np.isnan(want)).all() and np.isnan(got[[-2, -1]]).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30)
+    assert got[EDGES.index(float("inf"))] == float("inf")
+    # float16 takes the composed path and keeps its dtype
+    assert ops.gelu(edges.astype(mx.float16), approximate=approximate).dtype == mx.float16
+    assert len(calls) == len(ACTIVATION_SHAPES) + 1
+
+
+def test_gelu_is_float32_accurate(native):
+    """The erfc fit, in float32, against float64 on a dense grid: 1.2e-7·max(|x|, 1) absolute
+    everywhere, and relative accuracy in the negative tail too (x·Φ(x), not 1 + erf)."""
+    x = np.concatenate([np.linspace(-20, 20, 400001), -np.logspace(-8, 1.5, 20001),
+                        np.logspace(-8, 3, 2001)]).astype(np.float32)
+    got = np.array(native.gelu(mx.array(x))).astype(np.float64)
+    want = _gelu64(x)
+    assert (np.abs(got - want) <= 1.2e-7 * np.maximum(np.abs(x), 1)).all()
+    normal = np.abs(want) > np.finfo(np.float32).tiny  # the float32 result is not subnormal
+    rel = np.abs(got - want)[normal] / np.abs(want[normal])
+    assert rel.max() < 1.2e-6
+    assert (rel[x[normal] > -10] < 5e-7).all()
+    gt = np.array(native.gelu(mx.array(x), tanh=True)).astype(np.float64)
+    assert (np.abs(gt - _gelu64(x, "tanh")) <= 1.5e-7 * np.maximum(np.abs(x), 1)).all()
+
+
+def test_gelu_reads_non_contiguous_inputs_and_refuses_other_dtypes(native):
+    x = _sample((6, 40, 33), 61)
+    views = [x.transpose(2, 0, 1), x[:, ::3, 1::2], mx.broadcast_to(x[:1, :1], (5, 7, 33)), x.T[::-1]]
+    for v in views:
+        for approximate in GELU_FORMS:
+            got = native.gelu(v, tanh=approximate == "tanh")
+            assert_close(got, ops.gelu.op.definition(v, approximate=approximate), scale=2)
+            np.testing.assert_allclose(np.array(got), _gelu64(v, approximate), rtol=1e-6, atol=2e-6)
+    with pytest.raises(ValueError, match="float32"):
+        native.gelu(mx.zeros((3,), mx.float16))
+
+
+@pytest.mark.parametrize("approximate", GELU_FORMS)
+def test_gelu_gradients(native, approximate):
+    definition = ops.gelu.op.definition
+    tanh = approximate == "tanh"
+    for shape in [(4, 6, 16), (2, 420, 4, 16)]:
+        x = _sample(shape, 72)
+        probe = mx.random.normal(shape, key=mx.random.key(73))
+        got = mx.grad(lambda v: (ops.gelu(v, approximate=approximate) * probe).sum())(x)
+        want = mx.grad(lambda v: (definition(v, approximate=approximate) * probe).sum())(x)
+        assert_close(got, want, scale=4)
+        got = mx.vjp(lambda v: native.gelu(v, tanh=tanh), [x], [probe])[1][0]
+        assert_close(got, want, scale=4)
+    # edge values: the same NaN (±inf: inf·0, as autodiff of the definition) and values; at
+    # ±3e38 the slope is the true 1 and 0 (MLX's erf vjp overflows to NaN there, x² = inf)
+    x = mx.array([EDGES])
+    g = np.array(mx.grad(lambda v: (native.gelu(v, tanh=tanh) * (1 + mx.arange(v.size))).sum())(x))[0]
+    want = np.array(mx.grad(lambda v: (definition(v, approximate=approximate) * (1 + mx.arange(v.size))).sum())(x))[0]
+    huge = [EDGES.index(3e38), EDGES.index(-3e38)]
+    assert g[huge[0]] == 1 + huge[0] and g[huge[1]] == 0.0
+    keep = [i for i in range(len(EDGES)) if i not in huge]
+    assert (np.isnan(g[keep]) == np.isnan(want[keep])).all() and np.isnan(g[-3:]).all()
+    np.testing.assert_allclose(g[keep], want[keep], rtol=1e-5, atol=1e-30)
+
+
+def test_gelu_falls_back_without_the_primitives(native, monkeypatch):
+    x = _sample((3, 50, 16), 81)
+    with_native = ops.gelu(x), ops.gelu(x, approximate="tanh")
+    monkeypatch.setattr(native, "gelu", None)  # would fail if called
+    monkeypatch.setattr(_native, "on_cpu", lambda: None)
+    without = ops.gelu(x), ops.gelu(x, approximate="tanh")
+    for a, b in zip(with_native, without):
+        assert_close(a, b, scale=2)
 
 
 DIRECT = [  # kernel, stride, padding, dilation, input (N, H, W, C), C_out

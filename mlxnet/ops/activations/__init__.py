@@ -3,7 +3,7 @@
 Definitions (:mod:`.definition`) use MLX's own ``sigmoid`` / ``erf`` / ``exp`` in float32. The
 CPU fast paths (:mod:`.cpu`) compute exp from + − × only, because MLX's Linux CPU back end
 evaluates exp one scalar at a time (a ViT's softmax runs over millions of scores); in float32,
-SiLU, sigmoid and softmax run that polynomial as mlxnet's C++ primitives where they are built
+SiLU, sigmoid, GELU and softmax run that polynomial as mlxnet's C++ primitives where they are built
 (:mod:`mlxnet._native`), the compiled MLX passes elsewhere. On GPUs
 (:mod:`.kernel`) each activation is its definition compiled (``FUSED`` in the registry) and
 softmax is MLX's fused ``mx.softmax``, already the fastest there.

@@ -15,7 +15,8 @@ MLX's limit, and at values shared outside the chain):
 
 Where mlxnet's C++ primitives are built (:mod:`mlxnet._native`, Linux), float32 SiLU (with or
 without a per-channel bias), sigmoid and softmax run those instead: the same polynomial in one
-pass on every core. They also spare a fresh process the passes above: MLX's CPU JIT compiles
+pass on every core; float32 GELU (both forms) runs there too, as x·Φ(x) with Φ from an erfc fit
+around that polynomial (not A&S 7.1.26 as below: relative accuracy also in the negative tail). They also spare a fresh process the passes above: MLX's CPU JIT compiles
 each fused pass with g++ into ``$TMPDIR/mlx`` (about 0.35 s apiece, again after every reboot),
 while the primitives are compiled once per installation. The passes here remain the path for
 other dtypes and wherever the primitives are unavailable (macOS, ``MLXNET_NATIVE=off``).
@@ -163,6 +164,11 @@ def sigmoid(x: mx.array) -> mx.array:
 
 
 def gelu(x: mx.array, *, approximate: str = "none") -> mx.array:
+    # Float32: one pass of mlxnet's CPU primitive on every core (x·Φ(x) from an erfc fit); the
+    # passes below remain for other dtypes and where the primitives are not built.
+    native = _native.on_cpu()
+    if native is not None and x.dtype == mx.float32:
+        return native.gelu(x, tanh=approximate == "tanh")
     if approximate == "tanh":
         return _gelu_tanh_f32(x)
     return _gelu_given_gauss(x, _gauss(x.astype(mx.float32)))
