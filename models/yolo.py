@@ -30,8 +30,7 @@ from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec,
                             random_init, register_spec)
 
 from .yolo_val import detections as val_detections
-from .yolo_process import (Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch,
-                           scale_boxes)
+from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch
 
 if TYPE_CHECKING:
     from mlxnet.tracking import TrackerSettings
@@ -540,26 +539,27 @@ class YOLO:
         same_shape: dict[tuple[int, ...], list[int]] = {}
         for i, item in enumerate(items):
             same_shape.setdefault(item.pixels.shape, []).append(i)
-        dtype = self.net.model[0].conv.weight.dtype
         results: list[Detections] = [None] * len(items)  # type: ignore[list-item]
-        for shape, members in same_shape.items():
+        for members in same_shape.values():
             rows = [items[i].pixels for i in members]
             rows += rows[-1:] * max(0, (batch_size or 0) - len(rows))
-            batch = np.stack(rows) if len(rows) > 1 else rows[0][None]
-            # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
-            pred = self.net(mx.array(batch).astype(dtype) / 255)
-            found = postprocess_batch(pred, conf=conf, iou=iou, max_det=max_det, agnostic=agnostic, classes=classes,
-                                      images=len(members))
+            found = postprocess_batch(self._forward(rows), conf=conf, iou=iou, max_det=max_det, agnostic=agnostic,
+                                      classes=classes, images=len(members))
             for i, det in zip(members, found):
-                boxes = scale_boxes(shape[:2], det[:, :4], items[i].image_hw, items[i].ratio_pad)
-                results[i] = Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names)
+                results[i] = Detections(items[i].to_image(det[:, :4]), det[:, 4], det[:, 5].astype(np.int32),
+                                        self.names)
         return results
+
+    def _forward(self, pixels: Sequence[np.ndarray]) -> mx.array:
+        """The network on letterboxed uint8 images of one shape (lazy: evaluated by the caller)."""
+        batch = np.stack(pixels) if len(pixels) > 1 else pixels[0][None]
+        # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
+        return self.net(mx.array(batch).astype(self.net.model[0].conv.weight.dtype) / 255)
 
     def head_outputs(self, items: Sequence[Letterboxed]) -> np.ndarray:
         """The raw head output (B, A, 4 + nc) float32 for letterboxed images of one shape, on the
         host: what an evaluation thresholds and suppresses its own way (:meth:`val_detections`)."""
-        dtype = self.net.model[0].conv.weight.dtype
-        head = self.net(mx.array(np.stack([item.pixels for item in items])).astype(dtype) / 255)
+        head = self._forward([item.pixels for item in items])
         return np.array(head.astype(mx.float32))  # MLX is lazy: the forward runs here
 
     def val_detections(self, head: np.ndarray, item: Letterboxed, *, conf: float = 0.001, iou: float = 0.7,
@@ -569,7 +569,7 @@ class YOLO:
         (:mod:`.yolo_val`): xyxy boxes on the network input, the same on the image (clipped),
         scores and classes, highest score first."""
         boxes, scores, classes = val_detections(head, conf=conf, iou=iou, max_det=max_det, multi_label=multi_label)
-        return boxes, scale_boxes(item.pixels.shape[:2], boxes, item.image_hw, item.ratio_pad), scores, classes
+        return boxes, item.to_image(boxes), scores, classes
 
 
 class YOLOFamily(families.ModelFamily):

@@ -12,6 +12,7 @@ letterbox_to: ``yolo val``'s letterbox to a batch's rect shape: the dataset's lo
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -60,8 +61,6 @@ def letterbox_to(image: np.ndarray, imgsz: int, shape: tuple[int, int]) -> tuple
     val LetterBox fits that into ``shape`` without scaling up, padding centred with 114.
     ``ratio_pad`` is ((gain_h, gain_w), (pad_x, pad_y)): input pixel = image pixel * gain + pad, as
     ultralytics' ``scale_boxes`` takes it (the two gains differ by the rounding of each side)."""
-    import math
-
     h0, w0 = image.shape[:2]
     r = imgsz / max(h0, w0)
     h1, w1 = h0, w0
@@ -175,9 +174,13 @@ class Letterboxed:
     pixels: np.ndarray
     ratio_pad: RatioPad | None = None
 
+    def to_image(self, boxes: np.ndarray) -> np.ndarray:
+        """xyxy boxes on the letterboxed input -> on the original image, clipped (:func:`scale_boxes`)."""
+        return scale_boxes(self.pixels.shape[:2], boxes, self.image_hw, self.ratio_pad)
+
     def to_input(self, boxes: np.ndarray) -> np.ndarray:
         """xyxy boxes on the original image -> on the letterboxed input (the inverse of
-        :func:`scale_boxes`, without its clipping)."""
+        :meth:`to_image`, without its clipping)."""
         (gain_h, gain_w), (pad_x, pad_y) = self.ratio_pad or letterbox_ratio_pad(self.pixels.shape[:2], self.image_hw)
         return np.asarray(boxes, np.float64) * [gain_w, gain_h, gain_w, gain_h] + [pad_x, pad_y, pad_x, pad_y]
 
