@@ -205,7 +205,7 @@ def test_frozen_batchnorm_and_fusing_match_torch_eval_bn():
 def test_every_op_has_its_faces_named():
     faces = {name: (op.cpu is not None, op.kernel is not None) for name, op in ops.REGISTRY.items()}
     assert faces["conv2d"] == (True, True) and faces["silu"] == (True, True)
-    assert faces["layer_norm"] == (False, True) and faces["nms"] == (False, False)
+    assert faces["layer_norm"] == (True, True) and faces["nms"] == (False, True)
     with mlxnet.use_device("cpu"):
         assert ops.get("conv2d").face() == "cpu"
         with mlxnet.use_kernels(False):

@@ -11,6 +11,9 @@ names below, which each back end's prelude defines:
     MX_BARRIER()                         threadgroup barrier
     mx_exp mx_log mx_sqrt mx_rsqrt mx_abs mx_floor mx_ceil mx_fmax mx_fmin   float math
     MX_INFINITY                          +inf as float
+    mx_add_rn mx_sub_rn mx_mul_rn mx_div_rn   one float operation, correctly rounded and never
+                                         contracted with another (a*b+c stays two roundings):
+                                         for results that must equal the host's bit for bit
     uint                                 32-bit unsigned
 
 Inputs are ``const T*`` buffers, outputs ``T*``; ``X_shape``/``X_strides``/``X_ndim`` exist
@@ -60,6 +63,12 @@ MX_FN float mx_floor(float x) { return metal::floor(x); }
 MX_FN float mx_ceil(float x) { return metal::ceil(x); }
 MX_FN float mx_fmax(float a, float b) { return metal::fmax(a, b); }
 MX_FN float mx_fmin(float a, float b) { return metal::fmin(a, b); }
+// One operation per function: clang contracts a*b+c only within one expression, and MLX builds
+// Metal libraries with fast math off, where Metal's x / y is correctly rounded.
+MX_FN float mx_add_rn(float a, float b) { return a + b; }
+MX_FN float mx_sub_rn(float a, float b) { return a - b; }
+MX_FN float mx_mul_rn(float a, float b) { return a * b; }
+MX_FN float mx_div_rn(float a, float b) { return a / b; }
 """
 
 # Metal adds a kernel attribute only when its name appears in the body, so the thread
@@ -87,6 +96,11 @@ MX_FN float mx_floor(float x) { return floorf(x); }
 MX_FN float mx_ceil(float x) { return ceilf(x); }
 MX_FN float mx_fmax(float a, float b) { return fmaxf(a, b); }
 MX_FN float mx_fmin(float a, float b) { return fminf(a, b); }
+// The _rn intrinsics round to nearest and are never fused into an FMA.
+MX_FN float mx_add_rn(float a, float b) { return __fadd_rn(a, b); }
+MX_FN float mx_sub_rn(float a, float b) { return __fsub_rn(a, b); }
+MX_FN float mx_mul_rn(float a, float b) { return __fmul_rn(a, b); }
+MX_FN float mx_div_rn(float a, float b) { return __fdiv_rn(a, b); }
 """
 
 _CUDA_BODY_PRELUDE = """

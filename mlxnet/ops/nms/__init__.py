@@ -1,11 +1,16 @@
 """Greedy non-maximum suppression with torchvision's semantics, class-aware through offsets.
-One face: the exact definition on the host (:mod:`.definition` says why there is no kernel)."""
+
+Two faces with the same kept indices: the exact definition on the host (:mod:`.definition`),
+which the CPU runs, and on GPU back ends the kernel face (:mod:`.kernel`,
+custom_kernels/nms.kern): the suppression bit mask and the sequential scan on the device, the
+sort and the prefix rule on the host, the definition where the kernels cannot serve.
+"""
 from __future__ import annotations
 
 import mlx.core as mx
 
 from ..core.registry import register
-from . import definition
+from . import definition, kernel
 
 
 def _example() -> tuple[tuple, dict]:
@@ -17,6 +22,14 @@ def _example() -> tuple[tuple, dict]:
     return (mx.concatenate([xy, xy + wh], axis=1), scores, classes), {"iou_threshold": 0.5}
 
 
-nms = register("nms", example=_example)(definition.nms)
+def _edge_examples() -> list[tuple[tuple, dict]]:
+    # One box: every kernel input under 8 elements (Metal's constant address space); none.
+    one = (mx.array([[1.0, 2.0, 5.0, 7.0]]), mx.array([0.5]), None)
+    empty = (mx.zeros((0, 4)), mx.zeros((0,)), None)
+    return [(one, {}), (empty, {})]
+
+
+nms = register("nms", kernel=kernel.nms, sources=(kernel.NMS_MASK, kernel.NMS_SCAN), example=_example,
+               edge_examples=_edge_examples)(definition.nms)
 
 __all__ = ["nms"]

@@ -115,16 +115,10 @@ def _class_groups(b: np.ndarray, order: np.ndarray, cls: np.ndarray) -> list[np.
     return [order[part] for part in np.split(by_class, starts[1:])]
 
 
-def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
-        iou_threshold: float = 0.7, score_threshold: float | None = None, max_det: int = 300,
-        max_wh: float = 7680.0) -> mx.array:
-    """Indices (int32) of the boxes kept by greedy NMS, highest score first.
-
-    boxes (N, 4) xyxy, scores (N,); classes (N,) makes it class-aware (offset ``max_wh`` per
-    class), None is class-agnostic. Only scores > ``score_threshold`` take part; at most
-    ``max_det`` indices are returned.
-    """
-    _check(boxes, scores, classes, iou_threshold, max_det)
+def prepared(boxes: mx.array, scores: mx.array, classes: mx.array | None, score_threshold: float | None,
+             max_wh: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The host side every face shares: the (offset) float32 boxes, the candidates in descending
+    score order (stable: ties keep the lower index first), the boxes' areas and the classes."""
     b = np.array(boxes.astype(mx.float32))
     s = np.array(scores.astype(mx.float32))
     candidates = np.arange(b.shape[0])
@@ -136,6 +130,20 @@ def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
     order = candidates[np.argsort(-s[candidates], kind="stable")]
     areas = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     cls = np.array(classes) if classes is not None else None
+    return b, order, areas, cls
+
+
+def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
+        iou_threshold: float = 0.7, score_threshold: float | None = None, max_det: int = 300,
+        max_wh: float = 7680.0) -> mx.array:
+    """Indices (int32) of the boxes kept by greedy NMS, highest score first.
+
+    boxes (N, 4) xyxy, scores (N,); classes (N,) makes it class-aware (offset ``max_wh`` per
+    class), None is class-agnostic. Only scores > ``score_threshold`` take part; at most
+    ``max_det`` indices are returned.
+    """
+    _check(boxes, scores, classes, iou_threshold, max_det)
+    b, order, areas, cls = prepared(boxes, scores, classes, score_threshold, max_wh)
     # A box's fate depends only on the boxes before it in score order, so NMS over a prefix of
     # the order keeps exactly the boxes the whole run keeps in that prefix: once a prefix holds
     # max_det kept boxes, they are the answer. At conf 0.001 (tens of thousands of candidates,

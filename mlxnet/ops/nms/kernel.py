@@ -1,0 +1,75 @@
+"""nms's GPU face (custom_kernels/nms.kern): torchvision's CUDA algorithm, a suppression bit mask
+built in parallel and one sequential scan over it, both on the device; same kept indices as the
+definition, bit for bit.
+
+The host part is the definition's: the candidates (score threshold), the class offsets, the
+stable descending sort and the areas (:func:`definition.prepared`). The sorted boxes go to
+``nms_mask`` (one thread per row and 32-column word: bit set where the row's box removes the
+later column's, IoU in the definition's float32 arithmetic) and ``nms_scan`` (one group: 32 rows
+at a time, kept rows OR their words into the removed bits, stops at ``max_det`` kept). Only the
+scan's kept bits (one word per 32 rows) come back.
+
+The prefix rule of the definition holds here too (a box's fate depends only on the boxes before
+it): the first pass takes the first ``max(4 * max_det, _FIRST_ROWS)`` sorted candidates, and
+only when fewer than ``max_det`` of them are kept does a pass over four times more follow. The
+definition runs instead where the kernels cannot give its answer: coordinates not finite or
+beyond ``_MAX_COORD`` (the kernel's arithmetic never meets inf or NaN, see the kernel file), or
+more candidates needed than the scan's shared memory holds (``_MAX_ROWS``).
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from ..core.kernel_source import PortableKernel, int_params
+from . import definition
+
+_GROUP = 256  # threads per group of the mask kernel
+_SCAN_GROUP = 256  # NMS_GROUP in the kernel file: the scan is exactly one group of these
+_MAX_ROWS = 32 * 1024  # NMS_MAX_WORDS (1024) words of 32 rows in the scan's shared memory
+# A 640² image's 8400 anchors (YOLOv8 at conf 0.001) in one pass, whole words; the mask of that
+# many rows is 9 MB, built in tens of microseconds, and the scan reads only what it needs.
+_FIRST_ROWS = 8448
+# Coordinates (after the class offsets) up to this magnitude keep every product and sum of the
+# IoU finite in float32 (2e18 squared, times 3, is far below float32's 3.4e38).
+_MAX_COORD = 1e18
+
+NMS_MASK = PortableKernel("nms.kern", "nms_mask", ["b", "areas", "limit", "p"], ["mask"])
+NMS_SCAN = PortableKernel("nms.kern", "nms_scan", ["mask", "p"], ["keep"])
+
+
+def kept_rows(boxes: np.ndarray, areas: np.ndarray, limit: np.float32, max_det: int) -> np.ndarray:
+    """Positions (into the sorted ``boxes``) of the first ``max_det`` rows greedy NMS keeps, run on
+    the device: ``boxes`` (n, 4) float32 in descending score order, ``areas`` their areas."""
+    n = boxes.shape[0]
+    words = (n + 31) // 32
+    params = int_params((n, words, max_det))
+    (mask,) = NMS_MASK([mx.array(boxes), mx.array(areas), mx.array(np.float32([limit])), params],
+                       template=[], grid=(n * words, 1, 1), threadgroup=(_GROUP, 1, 1),
+                       output_shapes=[(n * words,)], output_dtypes=[mx.uint32])
+    (keep,) = NMS_SCAN([mask, params], template=[], grid=(_SCAN_GROUP if n else 0, 1, 1),
+                       threadgroup=(_SCAN_GROUP, 1, 1), output_shapes=[(words,)], output_dtypes=[mx.uint32])
+    bits = np.unpackbits(np.array(keep).astype("<u4").view(np.uint8), bitorder="little")
+    return np.flatnonzero(bits[:n])[:max_det]
+
+
+def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
+        iou_threshold: float = 0.7, score_threshold: float | None = None, max_det: int = 300,
+        max_wh: float = 7680.0) -> mx.array:
+    definition._check(boxes, scores, classes, iou_threshold, max_det)
+    b, order, areas, _ = definition.prepared(boxes, scores, classes, score_threshold, max_wh)
+    sorted_boxes = b[order]
+    if not (np.abs(sorted_boxes) <= _MAX_COORD).all():  # NaN compares false: not finite too
+        return definition.nms(boxes, scores, classes, iou_threshold=iou_threshold,
+                              score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+    sorted_areas = areas[order]
+    limit = definition._float32_limit(iou_threshold)
+    size = min(order.size, max(definition._FIRST_PREFIX * max_det, _FIRST_ROWS), _MAX_ROWS)
+    while True:
+        kept = kept_rows(sorted_boxes[:size], sorted_areas[:size], limit, max_det)
+        if kept.size >= max_det or size >= order.size:
+            return mx.array(order[kept].astype(np.int32))
+        if size >= _MAX_ROWS:
+            return definition.nms(boxes, scores, classes, iou_threshold=iou_threshold,
+                                  score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+        size = min(order.size, size * 4, _MAX_ROWS)
