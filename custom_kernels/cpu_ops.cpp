@@ -14,6 +14,9 @@
 //   MLX-composed references are mx.compile'd passes, which MLX's CPU JIT compiles with g++
 //   into $TMPDIR on every fresh TMPDIR (~1.8 s before a detector's first result); these are
 //   compiled once per installation with the rest of this file.
+// - layer_norm over the last axis: one row per step on every core (MLX's runs on one).
+// - attention (softmax(scale·q·kᵀ)·v, no bias) for many queries against a few keys: sixteen
+//   query rows per vector step, where MLX runs a BLAS call per head too small to use a core.
 // Each has a vjp written with MLX ops, so gradients flow as through the references.
 #include <algorithm>
 #include <array>
@@ -522,6 +525,222 @@ class Softmax : public CpuPrimitive {
   }
 };
 
+// Layer norm over the last axis, float32, as the definition (mlxnet/ops/norm/definition.py):
+// mean, then the mean of the squared deviations (two passes over the row, so no cancellation),
+// y = (x − mean)·(1/√(var + eps)), times the weight, plus the bias, each rounded in that order.
+// One row per step on every core; MLX's CPU layer norm runs on one.
+class LayerNorm : public CpuPrimitive {
+ public:
+  LayerNorm(mx::Stream s, float eps, bool has_weight, bool has_bias)
+      : CpuPrimitive(s), eps_(eps), has_weight_(has_weight), has_bias_(has_bias) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& x = inputs[0];
+    auto& out = outputs[0];
+    auto& encoder = encoder_for(inputs, out);
+    const float* w = has_weight_ ? inputs[1].data<float>() : nullptr;
+    const float* b = has_bias_ ? inputs[has_weight_ ? 2 : 1].data<float>() : nullptr;
+    size_t c = x.shape(-1), rows = c ? x.size() / c : 0;
+    encoder.dispatch([src = x.data<float>(), dst = out.data<float>(), w, b, c, rows, eps = eps_] {
+      parallel_for(rows, std::max<size_t>(1, kGrain / std::max<size_t>(c, 1)), [&](size_t lo, size_t hi) {
+        for (size_t row = lo; row < hi; ++row) {
+          const float* s = src + row * c;
+          float* d = dst + row * c;
+          float mean = reduce_row(s, c, 0.0f, [](float a, float v) { return a + v; }) / float(c);
+          for (size_t k = 0; k < c; ++k) d[k] = s[k] - mean;
+          float acc[16] = {};
+          size_t k = 0;
+          for (; k + 16 <= c; k += 16) {
+            for (int j = 0; j < 16; ++j) acc[j] += d[k + j] * d[k + j];
+          }
+          for (int j = 0; k < c; ++k, ++j) acc[j] += d[k] * d[k];
+          float var = reduce_row(acc, 16, 0.0f, [](float a, float v) { return a + v; }) / float(c);
+          float inv = 1.0f / std::sqrt(var + eps);
+          for (size_t k = 0; k < c; ++k) d[k] = d[k] * inv;
+          if (w) {
+            for (size_t k = 0; k < c; ++k) d[k] = d[k] * w[k];
+          }
+          if (b) {
+            for (size_t k = 0; k < c; ++k) d[k] = d[k] + b[k];
+          }
+        }
+      });
+    });
+  }
+
+  // The definition's gradient, by MLX's autodiff of the definition written in MLX ops.
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    float eps = eps_;
+    bool has_w = has_weight_, has_b = has_bias_;
+    auto definition = [s, eps, has_w, has_b](const std::vector<mx::array>& a) {
+      auto mean = mx::mean(a[0], std::vector<int>{-1}, true, s);
+      auto centred = mx::subtract(a[0], mean, s);
+      auto var = mx::mean(mx::square(centred, s), std::vector<int>{-1}, true, s);
+      auto y = mx::multiply(centred, mx::rsqrt(mx::add(var, mx::array(eps), s), s), s);
+      if (has_w) y = mx::multiply(y, a[1], s);
+      if (has_b) y = mx::add(y, a[has_w ? 2 : 1], s);
+      return std::vector<mx::array>{y};
+    };
+    auto grads = mx::vjp(definition, primals, cotangents).second;
+    std::vector<mx::array> picked;
+    for (int i : argnums) picked.push_back(grads[i]);
+    return picked;
+  }
+
+  const char* name() const override {
+    return "MlxnetLayerNorm";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const LayerNorm&>(other);
+    return eps_ == o.eps_ && has_weight_ == o.has_weight_ && has_bias_ == o.has_bias_;
+  }
+
+ private:
+  float eps_;
+  bool has_weight_, has_bias_;
+};
+
+// Element strides of a matrix's rows and columns.
+struct Strides2 {
+  int64_t row, col;
+};
+
+// Scaled dot-product attention without a bias, float32: out_i = Σ_j softmax_j(scale·q_i·k_j)·v_j
+// (the definition, mlxnet/ops/attention/definition.py: q scaled first, the softmax as the
+// Softmax primitive's, weights normalised before the weighted sum). Written for many queries
+// against a few keys (SAM's two-way transformer: 4096 image positions against 7 tokens, head
+// width 16), where MLX runs one tiny BLAS product per head and separate passes for the
+// softmax. Sixteen query rows at a time, one per vector lane: their scores against every key,
+// the softmax across keys and the weighted sum, in registers and a small buffer. Tasks are
+// blocks of rows of one leading index (head, batch); each packs that index's keys and values
+// once. Inputs keep their strides (a head split is a transposed view, a shared key set a
+// broadcast): no copies.
+class Attention : public CpuPrimitive {
+ public:
+  Attention(mx::Stream s, float scale) : CpuPrimitive(s), scale_(scale) {}
+
+  static constexpr size_t kLanes = 16;
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& q = inputs[0];
+    auto& k = inputs[1];
+    auto& v = inputs[2];
+    auto& out = outputs[0];
+    auto& encoder = encoder_for(inputs, out);
+    int nd = q.ndim();
+    size_t lq = q.shape(-2), lk = k.shape(-2), dq = q.shape(-1), dv = v.shape(-1);
+    size_t lead = lq ? q.size() / (lq * dq) : 0;
+    // Element offsets of every leading index in q, k and v (broadcast axes have stride 0).
+    std::vector<int64_t> offsets(3 * lead, 0);
+    for (size_t i = 0; i < lead; ++i) {
+      size_t rest = i;
+      for (int axis = nd - 3; axis >= 0; --axis) {
+        int64_t idx = int64_t(rest % q.shape(axis));
+        rest /= q.shape(axis);
+        offsets[3 * i] += idx * q.strides()[axis];
+        offsets[3 * i + 1] += idx * k.strides()[axis];
+        offsets[3 * i + 2] += idx * v.strides()[axis];
+      }
+    }
+    Strides2 qs{q.strides()[nd - 2], q.strides()[nd - 1]}, ks{k.strides()[nd - 2], k.strides()[nd - 1]},
+        vs{v.strides()[nd - 2], v.strides()[nd - 1]};
+    // Rows per task: a multiple of the lanes, enough that packing the keys and values is a small
+    // part of the task.
+    size_t per_row = lk * (dq + dv);
+    size_t want = std::max<size_t>(4 * kLanes, (kGrain * 4 + per_row - 1) / std::max<size_t>(per_row, 1));
+    size_t block = std::min((lq + kLanes - 1) / kLanes, (want + kLanes - 1) / kLanes) * kLanes;
+    size_t blocks = (lq + block - 1) / block;
+    encoder.dispatch([qp = q.data<float>(), kp = k.data<float>(), vp = v.data<float>(), dst = out.data<float>(),
+                      offsets = std::move(offsets), qs, ks, vs, lq, lk, dq, dv, block, blocks, lead,
+                      scale = scale_] {
+      parallel_for(lead * blocks, 1, [&](size_t lo, size_t hi) {
+        // keys (lk, dq) and values (lk, dv) packed; the lanes' queries (dq, 16) and scores (lk, 16).
+        std::vector<float> kpk(lk * dq), vpk(lk * dv), qt(dq * kLanes), sc(lk * kLanes);
+        size_t packed = size_t(-1);
+        for (size_t task = lo; task < hi; ++task) {
+          size_t li = task / blocks, r0 = (task % blocks) * block, r1 = std::min(lq, r0 + block);
+          if (li != packed) {
+            const float* k0 = kp + offsets[3 * li + 1];
+            const float* v0 = vp + offsets[3 * li + 2];
+            for (size_t j = 0; j < lk; ++j) {
+              for (size_t d = 0; d < dq; ++d) kpk[j * dq + d] = k0[int64_t(j) * ks.row + int64_t(d) * ks.col];
+              for (size_t d = 0; d < dv; ++d) vpk[j * dv + d] = v0[int64_t(j) * vs.row + int64_t(d) * vs.col];
+            }
+            packed = li;
+          }
+          const float* q0 = qp + offsets[3 * li];
+          for (size_t r = r0; r < r1; r += kLanes) {
+            size_t lanes = std::min(kLanes, r1 - r);
+            for (size_t d = 0; d < dq; ++d) {
+              float* qd = qt.data() + d * kLanes;
+              for (size_t l = 0; l < kLanes; ++l) {
+                qd[l] = l < lanes ? q0[int64_t(r + l) * qs.row + int64_t(d) * qs.col] * scale : 0.0f;
+              }
+            }
+            float m[kLanes], sum[kLanes];
+            std::fill(m, m + kLanes, -std::numeric_limits<float>::infinity());
+            for (size_t j = 0; j < lk; ++j) {
+              float s[kLanes] = {};
+              const float* kj = kpk.data() + j * dq;
+              for (size_t d = 0; d < dq; ++d) {
+                const float* qd = qt.data() + d * kLanes;
+                for (size_t l = 0; l < kLanes; ++l) s[l] += qd[l] * kj[d];
+              }
+              for (size_t l = 0; l < kLanes; ++l) {
+                sc[j * kLanes + l] = s[l];
+                m[l] = std::max(m[l], s[l]);
+              }
+            }
+            std::fill(sum, sum + kLanes, 0.0f);
+            for (size_t j = 0; j < lk; ++j) {
+              float* e = sc.data() + j * kLanes;
+              for (size_t l = 0; l < kLanes; ++l) {
+                e[l] = exp_poly(std::max(e[l] - m[l], -kZLimit));
+                sum[l] += e[l];
+              }
+            }
+            for (size_t l = 0; l < lanes; ++l) {
+              float* o = dst + (li * lq + r + l) * dv;
+              std::fill(o, o + dv, 0.0f);
+              for (size_t j = 0; j < lk; ++j) {
+                const float p = sc[j * kLanes + l] / sum[l];
+                const float* vj = vpk.data() + j * dv;
+                for (size_t d = 0; d < dv; ++d) o[d] += p * vj[d];
+              }
+            }
+          }
+        }
+      });
+    });
+  }
+
+  // The definition's gradient, by MLX's autodiff of the definition written in MLX ops.
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    float scale = scale_;
+    auto definition = [s, scale](const std::vector<mx::array>& a) {
+      auto scores = mx::matmul(mx::multiply(a[0], mx::array(scale), s), mx::swapaxes(a[1], -1, -2, s), s);
+      return std::vector<mx::array>{mx::matmul(mx::softmax(scores, std::vector<int>{-1}, true, s), a[2], s)};
+    };
+    auto grads = mx::vjp(definition, primals, cotangents).second;
+    std::vector<mx::array> picked;
+    for (int i : argnums) picked.push_back(grads[i]);
+    return picked;
+  }
+
+  const char* name() const override {
+    return "MlxnetAttention";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return scale_ == static_cast<const Attention&>(other).scale_;
+  }
+
+ private:
+  float scale_;
+};
 
 // Direct convolution: float32, NHWC input, OHWI weight, groups 1, output channels a multiple of
 // 16. A register tile of R output pixels × V·16 output channels is accumulated over the kernel
@@ -763,6 +982,48 @@ mx::array softmax_last(const mx::array& x) {
 }
 
 
+mx::array layer_norm_f32(const mx::array& x, std::optional<mx::array> weight, std::optional<mx::array> bias,
+                         float eps) {
+  auto fits = [&](const std::optional<mx::array>& a) {
+    return !a || (a->dtype() == mx::float32 && a->ndim() == 1 && a->shape(0) == x.shape(-1));
+  };
+  if (x.dtype() != mx::float32 || x.ndim() < 1 || !fits(weight) || !fits(bias)) {
+    throw std::invalid_argument("layer_norm expects float32 (..., C) and optional float32 (C,) weight and bias");
+  }
+  auto s = cpu_stream();
+  std::vector<mx::array> inputs{mx::contiguous(x, false, s)};
+  for (auto& a : {weight, bias}) {
+    if (a) inputs.push_back(mx::contiguous(*a, false, s));
+  }
+  return mx::array(x.shape(), mx::float32,
+                   std::make_shared<LayerNorm>(s, eps, weight.has_value(), bias.has_value()), inputs);
+}
+
+mx::array attention_f32(const mx::array& q, const mx::array& k, const mx::array& v, float scale) {
+  bool fits = q.dtype() == mx::float32 && k.dtype() == mx::float32 && v.dtype() == mx::float32 &&
+              q.ndim() >= 2 && k.ndim() >= 2 && v.ndim() >= 2 && q.shape(-1) == k.shape(-1) &&
+              k.shape(-2) == v.shape(-2) && q.shape(-2) > 0 && k.shape(-2) > 0;
+  if (!fits) {
+    throw std::invalid_argument(
+        "attention expects float32 q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv) with Lq, Lk > 0 "
+        "and broadcastable leading axes");
+  }
+  auto lead_of = [](const mx::array& a) { return mx::Shape(a.shape().begin(), a.shape().end() - 2); };
+  auto lead = mx::broadcast_shapes(mx::broadcast_shapes(lead_of(q), lead_of(k)), lead_of(v));
+  auto full = [&](const mx::array& a) {
+    auto shape = lead;
+    shape.push_back(a.shape(-2));
+    shape.push_back(a.shape(-1));
+    return shape;
+  };
+  auto s = cpu_stream();
+  auto out_shape = lead;
+  out_shape.push_back(q.shape(-2));
+  out_shape.push_back(v.shape(-1));
+  return mx::array(out_shape, mx::float32, std::make_shared<Attention>(s, scale),
+                   {mx::broadcast_to(q, full(q), s), mx::broadcast_to(k, full(k), s), mx::broadcast_to(v, full(v), s)});
+}
+
 mx::array direct_conv2d(std::variant<mx::array, std::vector<mx::array>> input, const mx::array& w,
                         std::optional<mx::array> bias, Pair stride, Pair padding, Pair dilation, bool silu) {
   auto parts = std::holds_alternative<mx::array>(input) ? std::vector<mx::array>{std::get<mx::array>(input)}
@@ -805,6 +1066,10 @@ NB_MODULE(mlxnet_cpu_ops, m) {
   m.def("gelu", &gelu_f32, nb::arg("x"), nb::arg("tanh") = false,
         "x·Φ(x) (erf form), or with tanh=True 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), float32");
   m.def("softmax", &softmax_last, nb::arg("x"), "softmax over the last axis (max subtracted first), float32");
+  m.def("layer_norm", &layer_norm_f32, nb::arg("x"), nb::arg("weight") = nb::none(), nb::arg("bias") = nb::none(),
+        nb::arg("eps") = 1e-5f, "layer norm over the last axis (float32 statistics, two passes), float32");
+  m.def("attention", &attention_f32, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("scale"),
+        "softmax(scale·q·kᵀ)·v over (..., L, D) float32 arrays (leading axes broadcast), no bias");
   m.attr("max_parts") = kMaxParts;
   m.def("direct_conv2d", &direct_conv2d, nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
         nb::arg("stride"), nb::arg("padding"), nb::arg("dilation"), nb::arg("silu") = false,

@@ -1,9 +1,9 @@
 """mlxnet's CPU primitives (``custom_kernels/cpu_ops.cpp``): built once per machine, then loaded.
 
 MLX has no custom-kernel hook on the CPU, so the hot spots that MLX ops cannot make fast there
-(a convolution's patch matrix, a direct convolution at small channel counts, and bias + SiLU,
-sigmoid, GELU and softmax on every core; MLX's CPU erf runs one scalar at a time) are MLX
-primitives in C++. Sigmoid and softmax being here
+(a convolution's patch matrix, a direct convolution at small channel counts, bias + SiLU,
+sigmoid, GELU, softmax and layer norm on every core, attention of many queries over a few keys;
+MLX's CPU erf runs one scalar at a time) are MLX primitives in C++. Sigmoid and softmax being here
 also spares every fresh ``$TMPDIR`` the g++ runs of MLX's CPU JIT for their compiled passes
 (about 1.8 s before a detector's first result), since this module is built once per machine.
 On Linux they are compiled on first use, the way MLX's own CPU JIT compiles fused kernels:
