@@ -30,11 +30,12 @@ GOLDEN = ROOT / "tests" / "fixtures" / "nms" / "nms_golden.npz"
 
 # --- NumPy models of the two kernels ---------------------------------------------------------
 
-def model_mask(b: np.ndarray, areas: np.ndarray, limit: np.float32, n: int, words: int) -> np.ndarray:
+def model_mask(b: np.ndarray, limit: np.float32, n: int, words: int) -> np.ndarray:
     """nms_mask: word w of row i, bit k set where j = 32 w + k > i, j < n and IoU(i, j) > limit,
     the IoU in the kernel's (and the definition's) float32 operations. Words w < i // 32 are not
     written by the kernel: here they hold all ones."""
     mask = np.full((n, words), 0xFFFFFFFF, np.uint32)
+    areas = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for i in range(n):
             for w in range(i // 32, words):
@@ -94,10 +95,10 @@ class _Model:
         assert words == (n + 31) // 32 and output_dtypes == [mx.uint32] and init_value is None
         self.log.append((self.name, n))
         if self.name == "nms_mask":
-            b, areas, limit = (np.array(x) for x in inputs[:3])
-            assert b.dtype == areas.dtype == limit.dtype == np.float32 and limit.shape == (1,)
+            (packed,) = (np.array(x) for x in inputs[:1])
+            assert packed.dtype == np.float32 and packed.shape == (4 * n + 1,) and len(inputs) == 2
             assert grid == (n * words, 1, 1) and output_shapes == [(n * words,)]
-            return [mx.array(model_mask(b, areas, limit[0], n, words))]
+            return [mx.array(model_mask(packed[:-1].reshape(n, 4), packed[-1], n, words))]
         assert grid == ((kernel._SCAN_GROUP if n else 0), 1, 1) and threadgroup == (kernel._SCAN_GROUP, 1, 1)
         assert output_shapes == [(words,)]
         return [mx.array(model_scan(np.array(inputs[0]), n, words, max_det))]
@@ -186,6 +187,17 @@ def test_empty_and_all_filtered(modelled) -> None:
     assert got == want == []
     got, want = _both(np.ones((3, 4), np.float32), np.float32([0.1, 0.2, 0.3]), None, score_threshold=0.5)
     assert got == want == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.5, 0.25, -1.0, 1e-40, -1e-40, 3e38, np.inf, -np.inf, np.nan, 0.5]),
+                max_size=80),
+       st.integers(0, 2**32 - 1))
+def test_the_descending_order_is_numpys_stable_argsort(values, seed) -> None:
+    rng = np.random.default_rng(seed)
+    scores = np.concatenate([np.float32(values), rng.uniform(-1, 1, rng.integers(0, 50)).astype(np.float32)])
+    scores = rng.permutation(scores)
+    assert definition.descending(scores).tolist() == np.argsort(-scores, kind="stable").tolist()
 
 
 # --- on a GPU: the real kernels ---------------------------------------------------------------

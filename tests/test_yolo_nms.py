@@ -97,9 +97,10 @@ def test_bad_arguments_are_one_line_errors():
         postprocess(mx.zeros((10, 84)), conf=2.0)
 
 
-def test_nms_is_a_registered_op_without_kernel():
+def test_nms_is_a_registered_op_with_its_kernel():
     op = ops.get("nms")
-    assert op.definition is not None and not op.has_kernel
+    assert op.definition is not None and op.has_kernel
+    assert {k.kernel for k in op.sources} == {"nms_mask", "nms_scan"}
 
 
 @pytest.mark.gpu

@@ -1,6 +1,8 @@
 """NMS at evaluation settings: 8400 candidates of a 640² image, 80 classes, scores like conf 0.001's.
 
-Prints the mean time of ``mlxnet.ops.nms`` (class-aware, IoU 0.7, max_det 300), of the loop it
+Prints which face of ``mlxnet.ops.nms`` runs on the back end in force (on a GPU back end the
+kernel face, custom_kernels/nms.kern, timed beside the host definition), the mean time of
+``mlxnet.ops.nms`` (class-aware, IoU 0.7, max_det 300), of the loop it
 replaced (one kept box at a time against every remaining candidate, kept here to compare),
 where torchvision imports of ``torchvision.ops.batched_nms`` on the same inputs (CPU tensors,
 its result cut to max_det as ultralytics cuts it; the ratio and whether the kept indices are
@@ -21,6 +23,8 @@ import time
 import mlx.core as mx
 import numpy as np
 
+import mlxnet
+from mlxnet import ops
 from mlxnet.ops.nms import nms
 
 
@@ -84,9 +88,18 @@ def main() -> None:
     torchvision_nms = torchvision_batched_nms()
     if torchvision_nms is None:
         print("torchvision does not import here: its batched_nms is not timed")
+    op = ops.get("nms")
+    print(f"back end {mlxnet.backend()}: mlxnet.ops.nms runs its {op.face()} face"
+          + ("" if op.face() == "definition" else " (the definition timed beside it)"))
     for n in (300, 8400):
         args = candidates(n)
         ms, kept = timed(nms, args, parsed.repeat)
+        if op.face() != "definition":
+            with mlxnet.use_kernels(False):
+                def_ms, def_kept = timed(nms, args, parsed.repeat)
+            same = "identical" if np.array_equal(kept, def_kept) else "DIFFERENT"
+            print(f"nms {n} boxes, 80 classes, {op.face()} face: {ms:.2f} ms; definition on the host: "
+                  f"{def_ms:.2f} ms ({same} indices)")
         loop_ms, loop_kept = timed(one_at_a_time, args, parsed.repeat)
         line = (f"nms {n} boxes, 80 classes: {ms:.2f} ms ({kept.size} kept); one box at a time: {loop_ms:.2f} ms "
                 f"({'identical' if np.array_equal(kept, loop_kept) else 'DIFFERENT'} indices)")

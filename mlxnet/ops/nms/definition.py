@@ -11,7 +11,8 @@ anchors is a candidate) one kept box at a time against all the others is too slo
 cut twice without changing a bit of the result: class-aware NMS runs per class (the offsets make
 it exactly that, checked on the coordinates; otherwise one pass over all), and each pass builds
 its IoU matrix in vectorised blocks and walks booleans. ``scripts/bench/bench_nms.py`` measures
-it; no GPU kernel (``scripts/bench/bench_ops.py``: NMS is a small fraction of YOLOv8's forward).
+it. GPU back ends run the kernel face instead (:mod:`.kernel`), which shares :func:`prepared` and
+keeps the same indices.
 """
 from __future__ import annotations
 
@@ -115,6 +116,19 @@ def _class_groups(b: np.ndarray, order: np.ndarray, cls: np.ndarray) -> list[np.
     return [order[part] for part in np.split(by_class, starts[1:])]
 
 
+def descending(scores: np.ndarray) -> np.ndarray:
+    """``np.argsort(-scores, kind="stable")`` for float32 scores, four times faster at 8400: each
+    score becomes an unsigned key in the order of ``-score`` (-0 counted as 0, NaN last, as
+    NumPy sorts), its index in the low 32 bits breaks ties, and one plain sort of the 64-bit
+    words gives the order (NumPy's stable float argsort is a merge sort; this is a SIMD sort)."""
+    v = -scores.astype(np.float32) + np.float32(0)  # -0 + 0 is +0: equal scores, equal keys
+    bits = v.view(np.uint32).astype(np.uint64)
+    key = np.where(bits >> 31 == 1, ~bits & 0xFFFFFFFF, bits | 0x80000000)
+    key[np.isnan(v)] = 0xFFFFFFFF  # above every number's key (+inf's is 0xFF800000)
+    words = (key << np.uint64(32)) | np.arange(v.size, dtype=np.uint64)
+    return (np.sort(words) & 0xFFFFFFFF).astype(np.intp)
+
+
 def prepared(boxes: mx.array, scores: mx.array, classes: mx.array | None, score_threshold: float | None,
              max_wh: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """The host side every face shares: the (offset) float32 boxes, the candidates in descending
@@ -127,7 +141,7 @@ def prepared(boxes: mx.array, scores: mx.array, classes: mx.array | None, score_
     if classes is not None:
         # Same float32 arithmetic as ultralytics (class * max_wh, then added to the coordinates).
         b = b + (np.array(classes).astype(np.float32) * np.float32(max_wh))[:, None]
-    order = candidates[np.argsort(-s[candidates], kind="stable")]
+    order = candidates[descending(s[candidates])]
     areas = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     cls = np.array(classes) if classes is not None else None
     return b, order, areas, cls

@@ -3,7 +3,7 @@ built in parallel and one sequential scan over it, both on the device; same kept
 definition, bit for bit.
 
 The host part is the definition's: the candidates (score threshold), the class offsets, the
-stable descending sort and the areas (:func:`definition.prepared`). The sorted boxes go to
+stable descending sort (:func:`definition.prepared`). The sorted boxes go to
 ``nms_mask`` (one thread per row and 32-column word: bit set where the row's box removes the
 later column's, IoU in the definition's float32 arithmetic) and ``nms_scan`` (one group: 32 rows
 at a time, kept rows OR their words into the removed bits, stops at ``max_det`` kept). Only the
@@ -34,17 +34,19 @@ _FIRST_ROWS = 8448
 # IoU finite in float32 (2e18 squared, times 3, is far below float32's 3.4e38).
 _MAX_COORD = 1e18
 
-NMS_MASK = PortableKernel("nms.kern", "nms_mask", ["b", "areas", "limit", "p"], ["mask"])
+NMS_MASK = PortableKernel("nms.kern", "nms_mask", ["b", "p"], ["mask"])
 NMS_SCAN = PortableKernel("nms.kern", "nms_scan", ["mask", "p"], ["keep"])
 
 
-def kept_rows(boxes: np.ndarray, areas: np.ndarray, limit: np.float32, max_det: int) -> np.ndarray:
+def kept_rows(boxes: np.ndarray, limit: np.float32, max_det: int) -> np.ndarray:
     """Positions (into the sorted ``boxes``) of the first ``max_det`` rows greedy NMS keeps, run on
-    the device: ``boxes`` (n, 4) float32 in descending score order, ``areas`` their areas."""
+    the device: ``boxes`` (n, 4) float32 in descending score order. One array goes up (the boxes,
+    then the limit: every host array is a transfer of its own) and one comes back (the kept bits)."""
     n = boxes.shape[0]
     words = (n + 31) // 32
     params = int_params((n, words, max_det))
-    (mask,) = NMS_MASK([mx.array(boxes), mx.array(areas), mx.array(np.float32([limit])), params],
+    packed = np.concatenate([boxes.reshape(-1), np.float32([limit])])
+    (mask,) = NMS_MASK([mx.array(packed), params],
                        template=[], grid=(n * words, 1, 1), threadgroup=(_GROUP, 1, 1),
                        output_shapes=[(n * words,)], output_dtypes=[mx.uint32])
     (keep,) = NMS_SCAN([mask, params], template=[], grid=(_SCAN_GROUP if n else 0, 1, 1),
@@ -57,16 +59,15 @@ def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
         iou_threshold: float = 0.7, score_threshold: float | None = None, max_det: int = 300,
         max_wh: float = 7680.0) -> mx.array:
     definition._check(boxes, scores, classes, iou_threshold, max_det)
-    b, order, areas, _ = definition.prepared(boxes, scores, classes, score_threshold, max_wh)
+    b, order, _, _ = definition.prepared(boxes, scores, classes, score_threshold, max_wh)
     sorted_boxes = b[order]
     if not (np.abs(sorted_boxes) <= _MAX_COORD).all():  # NaN compares false: not finite too
         return definition.nms(boxes, scores, classes, iou_threshold=iou_threshold,
                               score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
-    sorted_areas = areas[order]
     limit = definition._float32_limit(iou_threshold)
     size = min(order.size, max(definition._FIRST_PREFIX * max_det, _FIRST_ROWS), _MAX_ROWS)
     while True:
-        kept = kept_rows(sorted_boxes[:size], sorted_areas[:size], limit, max_det)
+        kept = kept_rows(sorted_boxes[:size], limit, max_det)
         if kept.size >= max_det or size >= order.size:
             return mx.array(order[kept].astype(np.int32))
         if size >= _MAX_ROWS:
