@@ -16,21 +16,33 @@ from mlxnet import ops
 from .yolo_process import MAX_NMS, MAX_WH, xywh2xyxy
 
 
-def candidates(head: np.ndarray, conf: float,
-               multi_label: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def candidates(head: np.ndarray, conf: float, multi_label: bool = True, max_nms: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One image's (A, 4 + nc) head output -> the NMS candidates: xyxy boxes (K, 4), scores (K,),
-    classes (K,) and the anchor each came from (K,), in ultralytics' order."""
+    classes (K,) and the anchor each came from (K,), in ultralytics' order; with ``max_nms``,
+    only the ``max_nms`` highest (:func:`highest`), still in that order."""
     scores = head[:, 4:]
     nc = scores.shape[1]
     anchors = np.flatnonzero(scores.max(axis=1) > conf)
     # A box with a NaN or infinite coordinate (weights that overflow) is no detection.
     anchors = anchors[np.isfinite(head[anchors, :4]).all(axis=1)]
-    boxes = xywh2xyxy(head[anchors, :4])
     if multi_label and nc > 1:  # ultralytics: multi_label &= nc > 1
-        rows, cls = np.nonzero(scores[anchors] > conf)  # row-major: anchor by anchor, classes ascending
-        return boxes[rows], scores[anchors[rows], cls], cls.astype(np.int32), anchors[rows]
+        # (anchor, class) pairs in row-major order: anchor by anchor, classes ascending. The cut
+        # to max_nms comes before any box is gathered: a weak model at conf 0.001 passes nearly
+        # every one of 8400 anchors × 80 classes.
+        pair_scores = scores[anchors].ravel()
+        pairs = np.flatnonzero(pair_scores > conf)
+        picked = pair_scores[pairs]
+        if max_nms is not None and pairs.size > max_nms:
+            top = highest(picked, max_nms)
+            pairs, picked = pairs[top], picked[top]
+        rows, cls = np.divmod(pairs, nc)
+        return xywh2xyxy(head[anchors[rows], :4]), picked, cls.astype(np.int32), anchors[rows]
+    if max_nms is not None and anchors.size > max_nms:
+        best = scores[anchors].max(axis=1)
+        anchors = anchors[highest(best, max_nms)]
     cls = scores[anchors].argmax(axis=1)
-    return boxes, scores[anchors, cls], cls.astype(np.int32), anchors
+    return xywh2xyxy(head[anchors, :4]), scores[anchors, cls], cls.astype(np.int32), anchors
 
 
 def highest(scores: np.ndarray, k: int) -> np.ndarray:
@@ -51,10 +63,7 @@ def detections(head: np.ndarray, *, conf: float = 0.001, iou: float = 0.7, max_d
                max_nms: int = MAX_NMS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One image's head output -> (boxes (K, 4) xyxy in the network input's pixels, scores (K,),
     classes (K,)), highest score first."""
-    boxes, scores, classes, _ = candidates(np.asarray(head, np.float32), conf, multi_label)
-    if scores.size > max_nms:
-        top = highest(scores, max_nms)
-        boxes, scores, classes = boxes[top], scores[top], classes[top]
+    boxes, scores, classes, _ = candidates(np.asarray(head, np.float32), conf, multi_label, max_nms)
     if scores.size == 0:
         return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32)
     keep = np.array(ops.nms(mx.array(boxes), mx.array(scores), None if agnostic else mx.array(classes),

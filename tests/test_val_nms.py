@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlxnet import ops
-from mlxnet.models.yolo_val import detections, highest
+from mlxnet.models.yolo_val import candidates, detections, highest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "nms" / "nms_golden.npz"
@@ -120,3 +120,17 @@ def test_the_max_nms_cut_is_the_first_of_a_stable_sort() -> None:
     full = detections(head, conf=0.001, iou=0.7, max_det=300)
     cut = detections(head, conf=0.001, iou=0.7, max_det=300, max_nms=150)
     assert len(cut[2]) <= 150 < len(full[2]) and cut[1].min() >= np.sort(full[1])[::-1][149]
+
+
+@pytest.mark.parametrize("multi_label", [True, False])
+def test_the_max_nms_cut_before_gathering_equals_cutting_every_candidate(multi_label) -> None:
+    # A weak model: scores quantised (ties at the cut), most (anchor, class) pairs above conf.
+    rng = np.random.default_rng(6)
+    head = head_output(6).copy()
+    head[:, 4:] = rng.integers(0, 50, head[:, 4:].shape) / 50
+    every = candidates(head, 0.001, multi_label)
+    for k in (1, 777, every[1].size - 1, every[1].size, every[1].size + 5):
+        top = highest(every[1], k)
+        cut = candidates(head, 0.001, multi_label, max_nms=k)
+        for got, want in zip(cut, every):
+            np.testing.assert_array_equal(got, want[top])

@@ -6,7 +6,7 @@ kernel face, custom_kernels/nms.kern, timed beside the host definition), the mea
 replaced (one kept box at a time against every remaining candidate, kept here to compare),
 where torchvision imports of ``torchvision.ops.batched_nms`` on the same inputs (CPU tensors,
 its result cut to max_det as ultralytics cuts it; the ratio and whether the kept indices are
-identical), and, given a file, of another definition:
+identical; on a CUDA machine also with the tensors on the GPU, its CUDA kernel), and, given a file, of another definition:
 
     python scripts/bench/bench_nms.py [--against OLD_DEFINITION.py]
 
@@ -72,6 +72,29 @@ def torchvision_batched_nms():
     return batched
 
 
+def torchvision_batched_nms_cuda():
+    """torchvision's batched_nms with the inputs already on the GPU (its CUDA kernel), the kept
+    indices read back to the host as mlxnet's are; None without CUDA."""
+    try:
+        import torch
+        import torchvision
+    except Exception:  # noqa: BLE001
+        return None
+    if not torch.cuda.is_available():
+        return None
+    resident: dict = {}
+
+    def batched(boxes: mx.array, scores: mx.array, classes: mx.array, *, iou_threshold: float,
+                max_det: int) -> np.ndarray:
+        key = id(boxes)
+        if key not in resident:  # uploaded once, as the detector's outputs would already be there
+            resident.clear()
+            resident[key] = [torch.from_numpy(np.array(a)).cuda() for a in (boxes, scores, classes)]
+        return torchvision.ops.batched_nms(*resident[key], iou_threshold)[:max_det].cpu().numpy()
+
+    return batched
+
+
 def timed(fn, args, repeat: int) -> tuple[float, np.ndarray]:
     out = np.array(fn(*args, iou_threshold=0.7, max_det=300))
     start = time.perf_counter()
@@ -88,6 +111,7 @@ def main() -> None:
     torchvision_nms = torchvision_batched_nms()
     if torchvision_nms is None:
         print("torchvision does not import here: its batched_nms is not timed")
+    torchvision_cuda = torchvision_batched_nms_cuda()
     op = ops.get("nms")
     print(f"back end {mlxnet.backend()}: mlxnet.ops.nms runs its {op.face()} face"
           + ("" if op.face() == "definition" else " (the definition timed beside it)"))
@@ -107,6 +131,10 @@ def main() -> None:
             tv_ms, tv_kept = timed(torchvision_nms, args, parsed.repeat)
             same = "identical" if np.array_equal(kept, tv_kept) else "DIFFERENT"
             line += f"; torchvision batched_nms: {tv_ms:.2f} ms ({same} indices, mlxnet/torchvision {ms / tv_ms:.2f}x)"
+        if torchvision_cuda is not None:
+            tc_ms, tc_kept = timed(torchvision_cuda, args, parsed.repeat)
+            same = "identical" if np.array_equal(kept, tc_kept) else "DIFFERENT"
+            line += f"; torchvision batched_nms on CUDA: {tc_ms:.2f} ms ({same} indices, mlxnet/torchvision {ms / tc_ms:.2f}x)"
         if parsed.against:
             spec = importlib.util.spec_from_file_location("nms_other", parsed.against)
             other = importlib.util.module_from_spec(spec)

@@ -1,0 +1,91 @@
+"""Plain MLX against PyTorch: the memory one convolution takes beyond its input, weight and output.
+
+    python scripts/bench/mlx_conv_memory.py [--device gpu] [--dtype float16]
+
+No mlxnet code runs: each side is the library's own conv (``mx.conv2d`` on NHWC, ``F.conv2d``
+on NCHW, cuDNN behind both on CUDA). For every shape, in a fresh process per side, the weights
+and input are made and evaluated first, the peak counter is reset, one conv runs, and the peak
+minus the live input + weight + output is printed: the workspace and temporaries the library
+allocated for that conv (MLX: ``mx.get_peak_memory``; PyTorch: ``torch.cuda.max_memory_allocated``).
+The shapes are YOLOv8n's first convolutions at 640² and a few wider ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+# (batch, height, width, in channels, out channels, kernel, stride)
+SHAPES = [(1, 640, 640, 3, 16, 3, 2), (1, 320, 320, 16, 32, 3, 2), (1, 160, 160, 32, 32, 3, 1),
+          (1, 160, 160, 32, 64, 3, 2), (1, 80, 80, 64, 64, 3, 1), (8, 160, 160, 64, 64, 3, 1),
+          (1, 64, 64, 256, 256, 1, 1)]
+
+
+def mlx_side(shape: tuple, dtype: str, device: str) -> float:
+    import mlx.core as mx
+
+    mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+    n, h, w, ci, co, k, s = shape
+    dt = getattr(mx, dtype)
+    x = mx.random.normal((n, h, w, ci)).astype(dt)
+    wt = (mx.random.normal((co, k, k, ci)) * 0.1).astype(dt)
+    mx.eval(x, wt)
+    y = mx.conv2d(x, wt, stride=s, padding=k // 2)  # a warm-up: plans and caches made once
+    mx.eval(y)
+    del y
+    mx.synchronize()
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    y = mx.conv2d(x, wt, stride=s, padding=k // 2)
+    mx.eval(y)
+    mx.synchronize()
+    return (mx.get_peak_memory() - base - y.nbytes) / 2**20
+
+
+def torch_side(shape: tuple, dtype: str, device: str) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    dev = "cuda" if device == "gpu" else "cpu"
+    if dev == "cpu":
+        raise SystemExit("PyTorch's peak counter is CUDA-only")
+    n, h, w, ci, co, k, s = shape
+    dt = getattr(torch, dtype)
+    x = torch.randn(n, ci, h, w, device=dev, dtype=dt)
+    wt = torch.randn(co, ci, k, k, device=dev, dtype=dt) * 0.1
+    with torch.no_grad():
+        y = F.conv2d(x, wt, stride=s, padding=k // 2)
+        del y
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        y = F.conv2d(x, wt, stride=s, padding=k // 2)
+        torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base - y.numel() * y.element_size()) / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--side", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.side:
+        side, index = a.side[0], int(a.side[1])
+        fn = mlx_side if side == "mlx" else torch_side
+        print(json.dumps(round(fn(SHAPES[index], a.dtype, a.device), 3)))
+        return
+    for i, shape in enumerate(SHAPES):
+        row = {"shape NHWC, out, k, s": shape, "dtype": a.dtype}
+        for side in ("mlx", "torch"):
+            run = subprocess.run([sys.executable, __file__, "--device", a.device, "--dtype", a.dtype, "--side", side,
+                                  str(i)], capture_output=True, text=True, timeout=300)
+            lines = run.stdout.strip().splitlines()
+            row[f"{side}_extra_MB"] = json.loads(lines[-1]) if run.returncode == 0 and lines else \
+                (run.stderr.strip().splitlines() or ["failed"])[-1][:120]
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
