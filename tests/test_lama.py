@@ -227,6 +227,23 @@ def test_inpaint_pads_binarises_blends_and_crops_like_reference():
     assert (u8[~keep] != g["pipeline.image_u8"][~keep]).any()
 
 
+@pytest.mark.parametrize("name", ["lama", "lama-fourier"])
+def test_large_image_stages_give_the_same_result(monkeypatch, name):
+    """From LARGE_STAGE_BYTES the forward runs in finer stages, each evaluated before the next
+    (less peak memory at 2048²): the same layers, bit for bit the same output."""
+    _, g = golden()
+    net = build(name)
+    x = mx.array(nhwc(g["input_nchw"]))
+    normal = np.array(net(x))
+    assert net._stages(True) != net._stages() and net._stages(True)[0] == (0, 2)
+    stages, original = [], lama.LaMa._stages
+    monkeypatch.setattr(lama, "LARGE_STAGE_BYTES", 0)  # this 64² input counts as large
+    monkeypatch.setattr(lama.LaMa, "_stages", lambda self, large=False: stages.append(large) or original(self, large))
+    staged = np.array(net(x))
+    assert stages == [True]
+    np.testing.assert_array_equal(staged, normal)
+
+
 def test_bad_inputs_raise_one_line_errors():
     net = lama.LaMa(n_blocks=1)
     image = np.zeros((32, 40, 3), np.uint8)
