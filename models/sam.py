@@ -26,7 +26,7 @@ from mlxnet.image import ImageInput, as_rgb, draw_prompts, overlay_masks, resize
 from mlxnet.nn.resize import BilinearResize
 from mlxnet.weights import WeightSpec, load_pretrained, register_spec
 
-from .sam_decoder import MaskDecoder, PromptEncoder
+from .sam_decoder import ImageSide, MaskDecoder, PromptEncoder
 from .sam_encoder import TinyViT
 
 PIXEL_MEAN = (123.675, 116.28, 103.53)
@@ -150,6 +150,7 @@ class SamPredictor:
     def reset_image(self) -> None:
         self.features: mx.array | None = None
         self._grid_pe: mx.array | None = None
+        self._image_side: ImageSide | None = None
         self.original_size: tuple[int, int] | None = None
         self.input_size: tuple[int, int] | None = None
 
@@ -284,9 +285,16 @@ class SamPredictor:
         points = (point_coords, point_labels) if point_coords is not None else None
         dense_in = None if mask_input is None else mask_input.transpose(0, 2, 3, 1).astype(self.model.dtype)
         sparse, dense = self.model.prompt_encoder(points, boxes, dense_in)
-        if mask_input is None:  # every prompt's dense embedding is the no-mask one: pass it once
-            dense = dense[:1]
-        return self.model.mask_decoder(self.features, self._dense_pe(), sparse, dense, multimask_output)
+        decoder = self.model.mask_decoder
+        if mask_input is not None:
+            return decoder(self.features, self._dense_pe(), sparse, dense, multimask_output)
+        # Every prompt's dense embedding is the no-mask one: passed once, and the decoder's first
+        # projections of the image tokens, the same for every such prompt, made once per image.
+        dense = dense[:1]
+        if self._image_side is None:
+            self._image_side = decoder.image_side(self.features, self._dense_pe(), dense)
+            mx.eval(self._image_side)
+        return decoder(self.features, self._dense_pe(), sparse, dense, multimask_output, self._image_side)
 
     def _dense_pe(self) -> mx.array:
         """The image grid's positional encoding: computed once per image, not per prompt batch."""

@@ -16,6 +16,10 @@ import mlx.nn as nn
 from mlxnet import ops
 from mlxnet.nn import GELU, Conv2d, ConvTranspose2d, LayerNorm, compiled_for_inference
 
+# An attention block's projections of the image tokens: (keys, values) of the token→image
+# attention and the queries of the image→token one, each split into heads.
+ImageSide = tuple[tuple[mx.array, mx.array], mx.array]
+
 
 class PositionEmbeddingRandom(nn.Module):
     """Positional encoding with random spatial frequencies (a fixed buffer in the checkpoint)."""
@@ -133,11 +137,20 @@ class Attention(nn.Module):
         b, n, c = x.shape
         return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(0, 2, 1, 3)
 
-    def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
-        q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
-        out = ops.scaled_dot_product_attention(q, k, v, scale=q.shape[-1] ** -0.5)
+    def queries(self, q: mx.array) -> mx.array:
+        return self._heads(self.q_proj(q))
+
+    def keys_values(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
+        return self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
+
+    def attend(self, q: mx.array, kv: tuple[mx.array, mx.array]) -> mx.array:
+        """Attention of projected queries (B, heads, n, d) over projected keys and values."""
+        out = ops.scaled_dot_product_attention(q, *kv, scale=q.shape[-1] ** -0.5)
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+
+    def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        return self.attend(self.queries(q), self.keys_values(k, v))
 
 
 class MLPBlock(nn.Module):
@@ -166,19 +179,27 @@ class TwoWayAttentionBlock(nn.Module):
         self.cross_attn_image_to_token = Attention(embedding_dim, num_heads, downsample_rate)
         self.skip_first_layer_pe = skip_first_layer_pe
 
-    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array
-                 ) -> tuple[mx.array, mx.array]:
+    def image_side(self, keys: mx.array, key_pe: mx.array) -> ImageSide:
+        """The projections of the image tokens as the block reads them (before it updates them):
+        keys and values of the token→image attention, queries of the image→token one."""
+        k = keys + key_pe
+        return self.cross_attn_token_to_image.keys_values(k, keys), self.cross_attn_image_to_token.queries(k)
+
+    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array,
+                 image_side: ImageSide | None = None) -> tuple[mx.array, mx.array]:
+        """``image_side``: :meth:`image_side` of these keys, when already computed."""
+        image_kv, image_q = self.image_side(keys, key_pe) if image_side is None else image_side
         if self.skip_first_layer_pe:
             queries = self.self_attn(queries, queries, queries)
         else:
             q = queries + query_pe
             queries = queries + self.self_attn(q, q, queries)
         queries = self.norm1(queries)
-        q, k = queries + query_pe, keys + key_pe
-        queries = self.norm2(queries + self.cross_attn_token_to_image(q, k, keys))
+        q = self.cross_attn_token_to_image.queries(queries + query_pe)
+        queries = self.norm2(queries + self.cross_attn_token_to_image.attend(q, image_kv))
         queries = self.norm3(queries + self.mlp(queries))
-        q = queries + query_pe
-        keys = self.norm4(keys + self.cross_attn_image_to_token(k, q, queries))
+        token_kv = self.cross_attn_image_to_token.keys_values(queries + query_pe, queries)
+        keys = self.norm4(keys + self.cross_attn_image_to_token.attend(image_q, token_kv))
         return queries, keys
 
 
@@ -191,15 +212,24 @@ class TwoWayTransformer(nn.Module):
         self.final_attn_token_to_image = Attention(embedding_dim, num_heads, attention_downsample_rate)
         self.norm_final_attn = LayerNorm(embedding_dim)
 
-    def __call__(self, image_embedding: mx.array, image_pe: mx.array, point_embedding: mx.array
-                 ) -> tuple[mx.array, mx.array]:
-        """image_embedding (B or 1, h, w, C), image_pe (1, h, w, C); point_embedding (B, n, C)."""
+    @staticmethod
+    def _tokens(image_embedding: mx.array, image_pe: mx.array) -> tuple[mx.array, mx.array]:
         b, h, w, c = image_embedding.shape
-        keys = image_embedding.reshape(b, h * w, c)
-        key_pe = image_pe.reshape(image_pe.shape[0], h * w, c)
+        return image_embedding.reshape(b, h * w, c), image_pe.reshape(image_pe.shape[0], h * w, c)
+
+    def image_side(self, image_embedding: mx.array, image_pe: mx.array) -> ImageSide:
+        """The first block's :meth:`TwoWayAttentionBlock.image_side`: it depends on the image
+        alone, so a predictor computes it once per image, not once per prompt."""
+        return self.layers[0].image_side(*self._tokens(image_embedding, image_pe))
+
+    def __call__(self, image_embedding: mx.array, image_pe: mx.array, point_embedding: mx.array,
+                 image_side: ImageSide | None = None) -> tuple[mx.array, mx.array]:
+        """image_embedding (B or 1, h, w, C), image_pe (1, h, w, C); point_embedding (B, n, C);
+        ``image_side``: :meth:`image_side` of the same embedding, when already computed."""
+        keys, key_pe = self._tokens(image_embedding, image_pe)
         queries = point_embedding
-        for layer in self.layers:
-            queries, keys = layer(queries, keys, point_embedding, key_pe)
+        for i, layer in enumerate(self.layers):
+            queries, keys = layer(queries, keys, point_embedding, key_pe, image_side if i == 0 else None)
         q, k = queries + point_embedding, keys + key_pe
         queries = self.norm_final_attn(queries + self.final_attn_token_to_image(q, k, keys))
         return queries, keys
@@ -235,15 +265,24 @@ class MaskDecoder(nn.Module):
 
     @compiled_for_inference
     def __call__(self, image_embeddings: mx.array, image_pe: mx.array, sparse_prompt_embeddings: mx.array,
-                 dense_prompt_embeddings: mx.array, multimask_output: bool) -> tuple[mx.array, mx.array]:
-        """Returns mask logits (B, 3 or 1, 4h, 4w) and predicted IoUs (B, 3 or 1)."""
+                 dense_prompt_embeddings: mx.array, multimask_output: bool,
+                 image_side: ImageSide | None = None) -> tuple[mx.array, mx.array]:
+        """Returns mask logits (B, 3 or 1, 4h, 4w) and predicted IoUs (B, 3 or 1). ``image_side``:
+        :meth:`image_side` of the same embeddings and dense prompt, when already computed."""
         masks, iou_pred = self.predict_masks(image_embeddings, image_pe, sparse_prompt_embeddings,
-                                             dense_prompt_embeddings)
+                                             dense_prompt_embeddings, image_side)
         sl = slice(1, None) if multimask_output else slice(0, 1)
         return masks[:, sl], iou_pred[:, sl]
 
+    def image_side(self, image_embeddings: mx.array, image_pe: mx.array,
+                   dense_prompt_embeddings: mx.array) -> ImageSide:
+        """The transformer's first projections of the image tokens, which depend only on the image
+        and the dense prompt (the same "no mask" embedding for every point and box prompt)."""
+        return self.transformer.image_side(image_embeddings + dense_prompt_embeddings, image_pe)
+
     def predict_masks(self, image_embeddings: mx.array, image_pe: mx.array, sparse_prompt_embeddings: mx.array,
-                      dense_prompt_embeddings: mx.array) -> tuple[mx.array, mx.array]:
+                      dense_prompt_embeddings: mx.array, image_side: ImageSide | None = None
+                      ) -> tuple[mx.array, mx.array]:
         b = sparse_prompt_embeddings.shape[0]
         output_tokens = mx.concatenate([self.iou_token.weight, self.mask_tokens.weight], axis=0)
         output_tokens = mx.broadcast_to(output_tokens[None], (b, *output_tokens.shape))
@@ -252,7 +291,7 @@ class MaskDecoder(nn.Module):
         # dense embedding for all (no mask prompt), src keeps a batch of 1, and the transformer's
         # first projections of the image tokens, the same for every prompt, run once.
         src = image_embeddings + dense_prompt_embeddings
-        hs, src = self.transformer(src, image_pe, tokens)
+        hs, src = self.transformer(src, image_pe, tokens, image_side)
         iou_token_out = hs[:, 0]
         mask_tokens_out = hs[:, 1:1 + self.num_mask_tokens]
 

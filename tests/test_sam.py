@@ -281,6 +281,29 @@ def test_predictor_reuses_the_embedding(predictor32):
     np.testing.assert_array_equal(scores, results["point_multi"][1])
 
 
+
+def test_the_decoders_image_side_is_made_once_per_image_and_changes_nothing(predictor32):
+    predictor, _ = predictor32
+    model = predictor.model
+    coords = [mx.array([[[300.0, 200.0]]]), mx.array([[[700.0, 500.0], [100.0, 90.0]]])]
+    labels = [mx.array([[1]]), mx.array([[1, 0]])]
+    sides = []
+    for c, l in zip(coords, labels):
+        low, scores = predictor.predict_low_res(c, l)
+        sides.append(predictor._image_side)
+        sparse, dense = model.prompt_encoder((c, l), None, None)
+        fresh_low, fresh_scores = model.mask_decoder(predictor.features, predictor._dense_pe(), sparse, dense[:1], True)
+        np.testing.assert_allclose(np.array(low), np.array(fresh_low), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.array(scores), np.array(fresh_scores), rtol=1e-5, atol=1e-5)
+    assert sides[0] is sides[1] is not None  # one per image, whatever the prompt
+    other = predictor.fresh()
+    other.set_image(IMAGE[::-1].copy())
+    other.predict_low_res(coords[0], labels[0])
+    assert other._image_side is not sides[0]
+    assert not np.allclose(np.array(other._image_side[1]), np.array(sides[0][1]))
+    other.set_image(IMAGE)  # a new image drops the old image's side
+    assert other._image_side is None
+
 def test_predictor_errors(model32):
     predictor = sam.SamPredictor(model32)
     with pytest.raises(mlxnet.MlxnetError, match=r"predict: no image set; call set_image"):
