@@ -1,6 +1,7 @@
-"""Plain MLX against PyTorch: the memory one convolution takes beyond its input, weight and output.
+"""Plain MLX against PyTorch: the memory one convolution takes beyond its input, weight and
+output, and the peak of a chain of convolutions whose every intermediate dies at once.
 
-    python scripts/bench/mlx_conv_memory.py [--device gpu] [--dtype float16]
+    python scripts/bench/mlx_conv_memory.py [--device gpu] [--dtype float16] [--ops-per-buffer 1 10 ...]
 
 No mlxnet code runs: each side is the library's own conv (``mx.conv2d`` on NHWC, ``F.conv2d``
 on NCHW, cuDNN behind both on CUDA). For every shape, in a fresh process per side, the weights
@@ -8,11 +9,18 @@ and input are made and evaluated first, the peak counter is reset, one conv runs
 minus the live input + weight + output is printed: the workspace and temporaries the library
 allocated for that conv (MLX: ``mx.get_peak_memory``; PyTorch: ``torch.cuda.max_memory_allocated``).
 The shapes are YOLOv8n's first convolutions at 640² and a few wider ones.
+
+The chain: K 3×3 convolutions of a (1, 160, 160, 64) map (3.1 MB in float16), each output read
+only by the next conv, evaluated once at the end. PyTorch frees each intermediate as soon as the
+next conv has run, so its peak stays near two maps; the printed figure is the peak beyond the
+input and the weights, in maps. With ``--ops-per-buffer`` the MLX side also runs with
+``MLX_MAX_OPS_PER_BUFFER`` set to each value (MLX reads it once per process).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -43,6 +51,60 @@ def mlx_side(shape: tuple, dtype: str, device: str) -> float:
     return (mx.get_peak_memory() - base - y.nbytes) / 2**20
 
 
+CHAIN = (1, 160, 160, 64)
+CHAIN_LENGTHS = [1, 4, 16, 64]
+
+
+def mlx_chain(k: int, dtype: str, device: str) -> float:
+    import mlx.core as mx
+
+    mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+    dt = getattr(mx, dtype)
+    x = mx.random.normal(CHAIN).astype(dt)
+    ws = [(mx.random.normal((64, 3, 3, 64)) * 0.05).astype(dt) for _ in range(k)]
+    mx.eval(x, ws)
+
+    def run():
+        y = x
+        for w in ws:
+            y = mx.conv2d(y, w, padding=1)
+        mx.eval(y)
+        return y
+    run()  # warm-up
+    mx.synchronize()
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    run()
+    mx.synchronize()
+    return (mx.get_peak_memory() - base) / x.nbytes
+
+
+def torch_chain(k: int, dtype: str, device: str) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    if device != "gpu":
+        raise SystemExit("PyTorch's peak counter is CUDA-only")
+    dt = getattr(torch, dtype)
+    n, h, w, c = CHAIN
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dt)
+    ws = [torch.randn(c, c, 3, 3, device="cuda", dtype=dt) * 0.05 for _ in range(k)]
+
+    def run():
+        y = x
+        with torch.no_grad():
+            for wt in ws:
+                y = F.conv2d(y, wt, padding=1)
+        torch.cuda.synchronize()
+        return y
+    run()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run()
+    return (torch.cuda.max_memory_allocated() - base) / (x.numel() * x.element_size())
+
+
 def torch_side(shape: tuple, dtype: str, device: str) -> float:
     import torch
     import torch.nn.functional as F
@@ -69,21 +131,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--ops-per-buffer", nargs="*", type=int, default=[],
+                    help="also run the MLX chain with MLX_MAX_OPS_PER_BUFFER set to each of these")
     ap.add_argument("--side", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.side:
         side, index = a.side[0], int(a.side[1])
-        fn = mlx_side if side == "mlx" else torch_side
-        print(json.dumps(round(fn(SHAPES[index], a.dtype, a.device), 3)))
+        if side.endswith("chain"):
+            fn = mlx_chain if side == "mlx-chain" else torch_chain
+            print(json.dumps(round(fn(index, a.dtype, a.device), 2)))
+        else:
+            fn = mlx_side if side == "mlx" else torch_side
+            print(json.dumps(round(fn(SHAPES[index], a.dtype, a.device), 3)))
         return
+
+    def child(side: str, index: int, env: dict | None = None):
+        run = subprocess.run([sys.executable, __file__, "--device", a.device, "--dtype", a.dtype, "--side", side,
+                              str(index)], capture_output=True, text=True, timeout=300,
+                             env=None if env is None else {**os.environ, **env})
+        lines = run.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if run.returncode == 0 and lines else \
+            (run.stderr.strip().splitlines() or ["failed"])[-1][:120]
+
+    for k in CHAIN_LENGTHS:
+        row = {"chain of convs": k, "map": CHAIN, "dtype": a.dtype, "mlx_peak_maps": child("mlx-chain", k),
+               "torch_peak_maps": child("torch-chain", k)}
+        for ops in a.ops_per_buffer:
+            row[f"mlx_peak_maps MLX_MAX_OPS_PER_BUFFER={ops}"] = child("mlx-chain", k, {"MLX_MAX_OPS_PER_BUFFER": str(ops)})
+        print(json.dumps(row), flush=True)
     for i, shape in enumerate(SHAPES):
         row = {"shape NHWC, out, k, s": shape, "dtype": a.dtype}
         for side in ("mlx", "torch"):
-            run = subprocess.run([sys.executable, __file__, "--device", a.device, "--dtype", a.dtype, "--side", side,
-                                  str(i)], capture_output=True, text=True, timeout=300)
-            lines = run.stdout.strip().splitlines()
-            row[f"{side}_extra_MB"] = json.loads(lines[-1]) if run.returncode == 0 and lines else \
-                (run.stderr.strip().splitlines() or ["failed"])[-1][:120]
+            row[f"{side}_extra_MB"] = child(side, i)
         print(json.dumps(row), flush=True)
 
 
