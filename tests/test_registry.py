@@ -140,7 +140,12 @@ def test_kernel_equals_reference_forward_and_backward(gpu, name, dtype):
     with mlxnet.use_kernels(False):
         out_r = op.dispatch(*args, **kwargs)
     for k, r in zip(_leaves(out_k), _leaves(out_r)):
-        assert_close(k, r, dtype, scale=4)
+        if mx.issubdtype(r.dtype, mx.floating):
+            assert_close(k, r, dtype, scale=4)
+        else:  # indices (nms): exactly the definition's
+            np.testing.assert_array_equal(np.array(k), np.array(r))
+    if not any(mx.issubdtype(o.dtype, mx.floating) for o in _leaves(out_r)):
+        return  # nothing to differentiate
 
     arrays = [i for i, a in enumerate(args) if isinstance(a, mx.array) and mx.issubdtype(a.dtype, mx.floating)]
 
