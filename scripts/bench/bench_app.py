@@ -21,7 +21,8 @@ SAM weights and LaMa's random ones (speed does not depend on the values): once w
 (SAM's mask for it, then LaMa on the crop; with these seeded weights the mask covers the whole
 photo, so LaMa's crop is the photo resized to 1024 px: the largest case) and once with a fixed
 mask of a person's size (a third of the photo's height, a sixth of its width), each timed from
-start to exit with the process's peak resident set (``os.wait4``).
+start to exit with the process's peak resident set (``os.wait4``) and MLX's peak allocation
+(``mx.get_peak_memory`` at exit: on a GPU, the device memory the resident set does not show).
 """
 from __future__ import annotations
 
@@ -121,8 +122,16 @@ def child_env(threads: int, device: str) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MLXNET_DEVICE": device, "PYTHONPATH": path}
 
 
+# ``python -m mlxnet ...`` that also reports MLX's peak allocation at exit (on a GPU, device
+# memory, which the resident set does not show), on stderr.
+WITH_MLX_PEAK = ("import atexit, runpy, sys; import mlx.core as mx; "
+                 "atexit.register(lambda: print('mlx-peak-bytes', mx.get_peak_memory(), file=sys.stderr)); "
+                 "sys.argv[0] = 'mlxnet'; runpy.run_module('mlxnet', run_name='__main__', alter_sys=True)")
+
+
 def measured_rss(command: list[str], threads: int, device: str, cwd: str) -> dict:
-    """Wall time and peak RSS of one whole process (its last stdout line: erase's JSON record)."""
+    """Wall time, peak RSS and MLX's peak allocation of one whole process (its last stdout line:
+    erase's JSON record)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(command, stdout=out, stderr=err, env=child_env(threads, device), cwd=cwd)
@@ -132,8 +141,10 @@ def measured_rss(command: list[str], threads: int, device: str, cwd: str) -> dic
         if os.waitstatus_to_exitcode(status) != 0:
             return {"error": err.read()[-1500:]}
         record = json.loads(out.read().strip().splitlines()[-1])
+        peaks = [int(line.split()[1]) for line in err.read().splitlines() if line.startswith("mlx-peak-bytes ")]
     return {"seconds": round(seconds, 1), "erase_seconds": record["seconds"],
             "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),  # Linux: KiB
+            "mlx_peak_gib": round(peaks[-1] / 2**30, 2) if peaks else None,
             "crop": record["crop"], "lama_size": record["lama_size"], "filled_pixels": record["filled_pixels"]}
 
 
@@ -186,7 +197,7 @@ def main() -> None:
             rect = Image.new("L", (w, h))
             rect.paste(255, (w // 2 - w // 12, h // 3, w // 2 + w // 12, 2 * h // 3))
             rect.save(mask)
-            base = [sys.executable, "-m", "mlxnet", "erase", str(photo), "--sam-weights", weights,
+            base = [sys.executable, "-c", WITH_MLX_PEAK, "erase", str(photo), "--sam-weights", weights,
                     "--lama-weights", "random", "--json"]
             runs = {"point": ["--point", f"{point[0] * sx:.0f},{point[1] * sy:.0f}"], "mask": ["--mask", str(mask)]}
             for name, args in runs.items():
