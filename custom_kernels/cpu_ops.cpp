@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <limits>
 #include <optional>
@@ -525,6 +526,17 @@ class Softmax : public CpuPrimitive {
   }
 };
 
+// The gradient of a primitive as MLX's autodiff of its definition written in MLX ops, for the
+// inputs asked for.
+std::vector<mx::array> definition_vjp(const std::function<std::vector<mx::array>(const std::vector<mx::array>&)>& definition,
+                                      const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                      const std::vector<int>& argnums) {
+  auto grads = mx::vjp(definition, primals, cotangents).second;
+  std::vector<mx::array> picked;
+  for (int i : argnums) picked.push_back(grads[i]);
+  return picked;
+}
+
 // Layer norm over the last axis, float32, as the definition (mlxnet/ops/norm/definition.py):
 // mean, then the mean of the squared deviations (two passes over the row, so no cancellation),
 // y = (x − mean)·(1/√(var + eps)), times the weight, plus the bias, each rounded in that order.
@@ -583,10 +595,7 @@ class LayerNorm : public CpuPrimitive {
       if (has_b) y = mx::add(y, a[has_w ? 2 : 1], s);
       return std::vector<mx::array>{y};
     };
-    auto grads = mx::vjp(definition, primals, cotangents).second;
-    std::vector<mx::array> picked;
-    for (int i : argnums) picked.push_back(grads[i]);
-    return picked;
+    return definition_vjp(definition, primals, cotangents, argnums);
   }
 
   const char* name() const override {
@@ -725,10 +734,7 @@ class Attention : public CpuPrimitive {
       auto scores = mx::matmul(mx::multiply(a[0], mx::array(scale), s), mx::swapaxes(a[1], -1, -2, s), s);
       return std::vector<mx::array>{mx::matmul(mx::softmax(scores, std::vector<int>{-1}, true, s), a[2], s)};
     };
-    auto grads = mx::vjp(definition, primals, cotangents).second;
-    std::vector<mx::array> picked;
-    for (int i : argnums) picked.push_back(grads[i]);
-    return picked;
+    return definition_vjp(definition, primals, cotangents, argnums);
   }
 
   const char* name() const override {

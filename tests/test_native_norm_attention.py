@@ -3,28 +3,15 @@ equal to float64 references and to the definitions, on strided and broadcast inp
 definitions' gradients, and taken by the ops' CPU faces exactly where they are meant to run."""
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import sys
-
 import mlx.core as mx
 import numpy as np
 import pytest
 
-import mlxnet
-from mlxnet import _native, ops
+from mlxnet import ops
 
-BUILDABLE = (sys.platform.startswith("linux") and shutil.which("g++") is not None
-             and importlib.util.find_spec("nanobind") is not None)
+from test_native import BUILDABLE, native  # noqa: F401 - the fixture, shared
+
 pytestmark = pytest.mark.skipif(not BUILDABLE, reason="the CPU primitives are built on Linux with g++ and nanobind")
-
-
-@pytest.fixture
-def native():
-    with mlxnet.use_device("cpu"):
-        module = _native.module()
-        assert module is not None, f"CPU primitives did not load: {mlxnet.native_info()}"
-        yield module
 
 
 def _sample(shape, key, scale=3.0):
