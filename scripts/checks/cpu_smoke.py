@@ -49,6 +49,15 @@ def main() -> int:
         args, kwargs = op.example()
         mx.eval(op.dispatch(*args, **kwargs))
     print(f"{len(ops.REGISTRY)} op examples on the CPU: ok (CPU primitives: {mlxnet.native_info()})")
+    # The C++ primitives' vector loops against the definitions, at shapes that take them (SAM's
+    # image-to-token attention: many queries over 7 keys).
+    q, k = mx.random.normal((1, 8, 100, 16), key=mx.random.key(1)), mx.random.normal((1, 8, 7, 16), key=mx.random.key(2))
+    x = mx.random.normal((300, 257), key=mx.random.key(3)) * 4
+    cases = {"scaled_dot_product_attention": ((q, k, k), {"scale": 0.25}), "layer_norm": ((x,), {}),
+             "gelu": ((x,), {}), "softmax": ((x,), {}), "sigmoid": ((x,), {})}
+    for name, (args, kwargs) in cases.items():
+        _close(ops.get(name).dispatch(*args, **kwargs), ops.get(name).definition(*args, **kwargs), name)
+    print(f"CPU primitives against their definitions ({', '.join(cases)}): ok")
     # In this process (a child process would not run under the emulator).
     check = CliRunner().invoke(app, ["check", "resnet18", "--size", "64"])
     print(check.output.strip().splitlines()[-1] if check.output.strip() else check.exception)
