@@ -84,7 +84,7 @@ def erase(
     sam_weights: str = model_weights("--sam-weights", "sam-tiny", "SAM (sam-tiny)"),
     lama_weights: str = model_weights("--lama-weights", "lama", "LaMa"),
     yolo_weights: str = model_weights("--yolo-weights", "yolov8n", "YOLOv8 (--class)"),
-    batch: int = grammar.batch(1, "Images read at a time (each runs on its own)."),
+    batch: int = grammar.read_ahead(),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines(),

@@ -71,6 +71,11 @@ def batch(default: int, help: str = "Images per forward pass (memory grows with 
     return typer.Option(default, "--batch", min=1, metavar="N", help=help)
 
 
+def read_ahead() -> Any:
+    """``--batch`` of the commands whose model runs one image at a time (SAM, LaMa)."""
+    return batch(1, "Images read at a time (each runs on its own).")
+
+
 def json_lines(help: str = "Print JSON Lines (one object per image) instead of text.") -> Any:
     return typer.Option(False, "--json", help=help)
 

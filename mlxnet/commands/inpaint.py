@@ -55,7 +55,7 @@ def inpaint(
     dtype: str = grammar.dtype(),
     resize_mask: bool = typer.Option(False, "--resize-mask",
                                      help="Resize a mask of another size to its image (nearest)."),
-    batch: int = grammar.batch(1, "Images read at a time (each runs on its own)."),
+    batch: int = grammar.read_ahead(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines(),
 ) -> None:

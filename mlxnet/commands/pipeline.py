@@ -44,6 +44,7 @@ import typer
 from mlxnet import distributed, env
 from mlxnet.commands.images import Job, fetched_first, json_line, missing_input, report_failure
 from mlxnet.commands.quick_start import runtime_compiling_off
+from mlxnet.evaluation.speed import Speed
 from mlxnet.progress import ProgressBar, progress_bar
 
 Model = TypeVar("Model")
@@ -66,20 +67,14 @@ def window_for(batch: int) -> int:
     return max(4 * batch, 4)
 
 
-class StageTimes:
+class StageTimes(Speed):
     """Seconds spent in each stage, summed over its threads (reading may add up to more than
     the wall time: it runs on several), and the wall time to the first written result."""
 
     def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.seconds = {"read": 0.0, "model": 0.0, "write": 0.0}
+        super().__init__(("read", "model", "write"))
         self.first_result: float | None = None
         self.images = 0
-        self._lock = threading.Lock()
-
-    def add(self, stage: str, since: float) -> None:
-        with self._lock:
-            self.seconds[stage] += time.perf_counter() - since
 
     def written(self) -> None:
         with self._lock:
@@ -87,8 +82,9 @@ class StageTimes:
             if self.first_result is None:
                 self.first_result = time.perf_counter() - self.start
 
-    def line(self) -> str:
-        wall = time.perf_counter() - self.start
+    def timings(self) -> str:
+        """The ``timings:`` line the image commands print with ``MLXNET_TIMINGS``."""
+        wall = self.wall
         rate = self.images / wall if wall > 0 else 0.0
         first = "-" if self.first_result is None else f"{self.first_result:.2f} s"
         r, m, w = (self.seconds[k] for k in ("read", "model", "write"))
@@ -107,7 +103,7 @@ def _prepare(job: Job, prepare: Callable[[Job], Prepared], times: StageTimes) ->
     except Exception as e:  # noqa: BLE001 - any error of one image fails that image alone
         return e
     finally:
-        times.add("read", since)
+        times.add_since("read", since)
 
 
 def _predict_batch(model: Model, prepared: list[Prepared],
@@ -201,7 +197,7 @@ class _Writer(Generic[Prepared, Result]):
                 self._display.out(json_line({"image": job.name, **record}))
             elif line is not None:  # None: the command reports at the end (val's table), not per image
                 self._display.out(line)
-        self.times.add("write", since)
+        self.times.add_since("write", since)
         self.times.written()
         self._display.advance()
 
@@ -227,7 +223,7 @@ def _run_all(jobs: Sequence[Job], batch: int, model: Callable[[], Model],
         runner = model()  # loading the weights is not the model stage's time
         since = time.perf_counter()
         results = _predict_batch(runner, [item for _, _, item in members], predict)
-        writer.times.add("model", since)
+        writer.times.add_since("model", since)
         for (index, job, item), result in zip(members, results):
             writer.put(index, job, item, result)
 
@@ -298,7 +294,7 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
         finally:
             writer.close(completed)
     if env.switch("MLXNET_TIMINGS") == "on":
-        print(writer.times.line(), file=sys.stderr, flush=True)
+        print(writer.times.timings(), file=sys.stderr, flush=True)
     failed = int(distributed.total(writer.failed))  # every rank ends with the job's exit code
     if failed and len(jobs) > 1 and distributed.is_main():
         print(f"{failed} of {len(jobs)} images failed", file=sys.stderr, flush=True)

@@ -105,7 +105,7 @@ def segment(
     stability_thresh: float = typer.Option(0.95, "--stability-thresh", help="--everything: stability cutoff."),
     stability_offset: float = typer.Option(1.0, "--stability-offset", help="--everything: logit offset."),
     nms_thresh: float = typer.Option(0.7, "--nms-thresh", min=0.0, max=1.0, help="--everything: box NMS IoU."),
-    batch: int = grammar.batch(1, "Images read at a time (each runs on its own)."),
+    batch: int = grammar.read_ahead(),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
     as_json: bool = grammar.json_lines(),

@@ -14,7 +14,8 @@ _SHOWN = {"nms": "NMS", "topk": "top-k"}
 
 
 class Speed:
-    """Seconds per stage, summed over threads; the wall clock starts at construction."""
+    """Seconds per stage, summed over threads; the wall clock starts at construction. Also the
+    image commands' timings line (:class:`mlxnet.commands.pipeline.StageTimes`)."""
 
     def __init__(self, stages: tuple[str, ...] = STAGES) -> None:
         self.start = time.perf_counter()
@@ -22,15 +23,19 @@ class Speed:
         self.seconds = dict.fromkeys(stages, 0.0)
         self._lock = threading.Lock()
 
+    def add_since(self, stage: str, since: float) -> None:
+        """Add the time from ``since`` (a ``time.perf_counter()`` reading) to now to ``stage``."""
+        elapsed = time.perf_counter() - since
+        with self._lock:  # readers add their times from several threads
+            self.seconds[stage] += elapsed
+
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
         since = time.perf_counter()
         try:
             yield
         finally:
-            elapsed = time.perf_counter() - since
-            with self._lock:  # readers add decode times from several threads
-                self.seconds[stage] += elapsed
+            self.add_since(stage, since)
 
     def stop(self) -> None:
         self.end = time.perf_counter()
