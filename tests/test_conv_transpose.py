@@ -246,3 +246,35 @@ def test_dispatch_forward_and_backward_equal_reference(gpu, nd, case, dtype):
     assert_close(fwd_k, fwd_r, _gpu_tolerance(dtype), scale=4)
     for gk, gr in zip(grads_k, grads_r):
         assert_close(gk, gr, _gpu_tolerance(dtype), scale=8)
+
+
+@pytest.mark.parametrize("shape,k,stride,padding,out_pad,groups", [
+    ((1, 96, 80, 32), 3, 2, 1, 1, 1),   # LaMa's upsampling
+    ((2, 40, 30, 16), 4, 2, 1, 0, 2),   # grouped, four taps a phase
+    ((1, 50, 60, 8), 3, 3, 0, 2, 8),    # depthwise, stride 3: nine phases
+])
+def test_large_outputs_fill_a_phase_at_a_time_with_the_same_result(monkeypatch, shape, k, stride, padding,
+                                                                   out_pad, groups):
+    from mlxnet.ops.conv_transpose import definition
+
+    with mlxnet.use_device("cpu"):
+        x = mx.random.normal(shape, key=mx.random.key(1))
+        w = mx.random.normal((16, k, k, shape[-1] // groups), key=mx.random.key(2)) * 0.1
+        b = mx.random.normal((16,), key=mx.random.key(3))
+        mx.eval(x, w, b)
+
+        def run() -> tuple[np.ndarray, int]:
+            mx.reset_peak_memory()
+            base = mx.get_active_memory()
+            y = definition.conv_transpose2d(x, w, b, stride=stride, padding=padding, output_padding=out_pad,
+                                            groups=groups)
+            mx.eval(y)
+            return np.array(y), mx.get_peak_memory() - base
+
+        lazily, lazy_peak = run()
+        monkeypatch.setattr(definition, "PHASED_BYTES", 0)
+        phased, phased_peak = run()
+    np.testing.assert_array_equal(phased, lazily)
+    # The phases no longer coexist: at least one phase-sized buffer less at the peak.
+    phase_bytes = lazily.nbytes // stride**2
+    assert phased_peak <= lazy_peak - phase_bytes, (phased_peak, lazy_peak, phase_bytes)

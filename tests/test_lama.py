@@ -186,7 +186,7 @@ def test_pad2d_kernel_copies_every_dtype_bit_for_bit(gpu, dtype, channels):
         np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (2, 3), (1, 4), (0, 0)], mode=mode))
 
 
-@pytest.mark.parametrize("padding", [0, 1])
+@pytest.mark.parametrize("padding", [0, 1, 3])
 def test_cpu_conv_in_bands_equals_one_conv(monkeypatch, padding):
     from mlxnet.ops.conv import cpu as conv
 

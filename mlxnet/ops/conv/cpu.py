@@ -180,12 +180,18 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     if oh * row_bytes <= UNFOLD_BUDGET or oh < 2:
         return _conv2d_cpu_band(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
                                 groups=groups, activation=activation)
-    if padding[0]:
-        x = mx.pad(x, [(0, 0), padding[:1] * 2, (0, 0), (0, 0)])
     rows = max(1, UNFOLD_BUDGET // row_bytes)
     bands = []
+    h = x.shape[1]
     for r in range(0, oh, rows):
-        band = x[:, r * stride[0]:(min(r + rows, oh) - 1) * stride[0] + span_h]
+        # The band's input rows, in the unpadded input's coordinates; the zero rows of the padding
+        # are added to the first and last bands only (a padded copy of the whole input would be
+        # as large as the input: 1 GiB for LaMa's first downsampling of a 2048² image).
+        lo = r * stride[0] - padding[0]
+        hi = (min(r + rows, oh) - 1) * stride[0] + span_h - padding[0]
+        band = x[:, max(lo, 0):min(hi, h)]
+        if lo < 0 or hi > h:
+            band = mx.pad(band, [(0, 0), (max(-lo, 0), max(hi - h, 0)), (0, 0), (0, 0)])
         bands.append(_conv2d_cpu_band(band, weight, bias, stride=stride, padding=(0, padding[1]),
                                       dilation=dilation, groups=groups, activation=activation))
         # One at a time: MLX allocates an op's unfold buffer when it schedules the op and keeps

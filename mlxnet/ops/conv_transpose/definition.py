@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
+from ...device import is_tracing
 from .plan import IntOrTuple, Plan, TransposedAxis, as_2d, plan
 
 
@@ -105,9 +106,22 @@ def decomposed_nhwc(x: mx.array, weight: mx.array, bias: mx.array | None, p: Pla
         out = mx.zeros(shape, x.dtype)
     else:
         out = mx.broadcast_to(bias.astype(x.dtype).reshape(g, cg), shape)
-    for (rh, rw), ph in phases.items():
+    # A large output is filled one phase at a time, each evaluated before the next is built: MLX
+    # schedules a graph's independent branches together, so lazily all stride² phases would be
+    # held at once beside the output (at LaMa's last upsampling of a 2048² image, 1 GiB more).
+    # Not inside a compiled forward's trace, which cannot evaluate.
+    one_at_a_time = out.nbytes >= PHASED_BYTES and not is_tracing()
+    while phases:
+        (rh, rw), ph = phases.popitem()
         out[:, :, rh, :, rw] = ph.reshape(n, g, ah.count, aw.span, cg).transpose(0, 2, 3, 1, 4)
+        del ph
+        if one_at_a_time:
+            mx.eval(out)
     return _crop(out.reshape(n, ah.count * ah.stride, aw.span * aw.stride, c_out), ah, aw)
+
+
+# Outputs from this size on are filled a phase at a time (see decomposed_nhwc).
+PHASED_BYTES = 256 * 2**20
 
 
 def _crop(full: mx.array, ah: TransposedAxis, aw: TransposedAxis) -> mx.array:
