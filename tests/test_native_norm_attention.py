@@ -154,3 +154,17 @@ def test_attention_cpu_face_takes_the_primitive_for_few_keys_only(native, monkey
         sdpa(*args, scale=0.25)
     assert len(calls) == 1
     assert sdpa(*(a.astype(mx.float16) for a in image_to_token), scale=0.25).dtype == mx.float16 and len(calls) == 2
+
+
+def test_elementwise_and_row_primitives_write_in_place_only_into_unshared_inputs(native):
+    x = _sample((64, 33), 30)
+    mx.eval(x)
+    before = np.array(x)
+    for f in (native.gelu, native.sigmoid, native.softmax, native.layer_norm, native.bias_silu):
+        want = np.array(f(mx.array(before)))
+        got = f(x)  # x is held here: its buffer must not be taken over
+        mx.eval(got)
+        np.testing.assert_array_equal(np.array(x), before)
+        np.testing.assert_array_equal(np.array(got), want)
+        # A temporary nobody else holds is taken over, with the same result.
+        np.testing.assert_array_equal(np.array(f(x * 1)), want)
