@@ -18,7 +18,7 @@ import numpy as np
 from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, as_rgb_images, center_crop, draw_boxes, resize_pil
-from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference
+from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference, fuse_conv_bn
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
                             register_spec)
 
@@ -51,6 +51,10 @@ class BasicBlock(nn.Module):
         out = self.bn2(self.conv2(out))
         return nn.relu(out + _apply(self.downsample, x))
 
+    def fuse(self) -> None:
+        _fuse_pairs(self, [("conv1", "bn1"), ("conv2", "bn2")])
+        _fuse_shortcut(self.downsample)
+
 
 class Bottleneck(nn.Module):
     expansion = 4
@@ -71,6 +75,10 @@ class Bottleneck(nn.Module):
         out = self.bn3(self.conv3(out))
         return nn.relu(out + _apply(self.downsample, x))
 
+    def fuse(self) -> None:
+        _fuse_pairs(self, [("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")])
+        _fuse_shortcut(self.downsample)
+
 
 def _shortcut(cin: int, cout: int, stride: int) -> list[nn.Module]:
     """Projection (1×1 conv + BN) when the shape changes, identity (empty list) otherwise."""
@@ -79,10 +87,24 @@ def _shortcut(cin: int, cout: int, stride: int) -> list[nn.Module]:
     return [conv1x1(cin, cout, stride), nn.BatchNorm(cout)]
 
 
+def _fuse_shortcut(layers: list[nn.Module]) -> None:
+    if len(layers) == 2 and isinstance(layers[1], nn.BatchNorm):
+        layers[:] = [fuse_conv_bn(*layers)]
+
+
 def _apply(layers: list[nn.Module], x: mx.array) -> mx.array:
     for layer in layers:
         x = layer(x)
     return x
+
+
+def _fuse_pairs(module: nn.Module, pairs: Sequence[tuple[str, str]]) -> None:
+    """Fold each named BatchNorm into the conv before it, in place; the BatchNorm becomes an
+    identity, so the forward and the conv's key stay as they are."""
+    for conv, bn in pairs:
+        if isinstance(module[bn], nn.BatchNorm):
+            module[conv] = fuse_conv_bn(module[conv], module[bn])
+            module[bn] = nn.Identity()
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,16 @@ class ResNet(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         """NHWC image batch (normalised) → logits (N, num_classes)."""
         return self.fc(self.features(x))
+
+    def fuse(self) -> "ResNet":
+        """Fold every BatchNorm into its conv, for inference (as YOLOv8's and TinyViT's
+        ``fuse``): each conv then carries a bias and no normalisation runs per forward. The
+        BatchNorms become identities; a fused model is not for training."""
+        _fuse_pairs(self, [("conv1", "bn1")])
+        for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+            for block in stage:
+                block.fuse()
+        return self
 
 
 def resnet(name: str, num_classes: int = 1000) -> ResNet:
@@ -274,7 +306,7 @@ class ResNetFamily(families.ModelFamily):
     def predictor(self, weights: str | None, variant: str | None, dtype: str | None = None,
                   names: Sequence[str] | None = None) -> "Classifier":
         net, own = load(weights or variant or "resnet50", model=variant, dtype=dtype)
-        return Classifier(net, names if names is not None else own)
+        return Classifier(net.fuse(), names if names is not None else own)
 
     def prepare(self, image: np.ndarray) -> np.ndarray:  # type: ignore[override]
         return Classifier.prepare(image)

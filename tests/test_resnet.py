@@ -69,8 +69,9 @@ def test_half_precision_close_to_fp32(dtype, golden):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["resnet18", "resnet50"])
-def test_matches_torchvision_on_gpu_with_kernels(gpu, name, golden):
-    model = seeded_model(name)
+@pytest.mark.parametrize("fused", [False, True])
+def test_matches_torchvision_on_gpu_with_kernels(gpu, name, fused, golden):
+    model = seeded_model(name).fuse() if fused else seeded_model(name)
     assert mlxnet.ops.get("max_pool2d").uses_kernel()
     logits = model(mx.array(golden["input_nchw"].transpose(0, 2, 3, 1)))
     # MLX's CUDA convolutions and GEMMs run float32 as TF32 (10-bit mantissa): ~1e-3 relative
@@ -177,3 +178,33 @@ def test_torchvision_pth_state_dict_loads_through_the_safe_reader(tmp_path, gold
     assert len(again.layer1) == 2 and not hasattr(again.layer1[0], "conv3")
     with pytest.raises(mlxnet.MlxnetError, match=r"resnet18.pth holds a resnet18 model, not resnet34"):
         resnet.from_pretrained(str(tmp_path / "resnet18.pth"), model="resnet34")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_fused_model_matches_torchvision_with_no_batchnorm_left(name, golden):
+    """fuse() folds every BatchNorm into its conv (what the classifier and the benchmark run):
+    the same logits as torchvision's, no BatchNorm parameter left, and a model compiled
+    before fusing sees the change."""
+    model = seeded_model(name)
+    x = mx.array(golden["input_nchw"].transpose(0, 2, 3, 1))
+    with mlxnet.use_device("cpu"):
+        before = model(x)
+        assert model.fuse() is model
+        after = model(x)
+    keys = [k for k, _ in tree_flatten(model.parameters())]
+    assert not [k for k in keys if ".bn" in k or k.startswith("bn") or k.endswith("running_mean")]
+    assert all(f"{k[:-len('.weight')]}.bias" in keys for k in keys if k.endswith(".weight") and "conv" in k)
+    assert_close(after, golden[f"{name}.logits"], mx.float32, scale=20)
+    assert float(mx.abs(after - before).max()) <= 1e-3 * float(mx.abs(before).max())
+
+
+def test_the_classifier_runs_a_fused_model(tmp_path, monkeypatch):
+    family = resnet.ResNetFamily()
+    net = family.build("resnet18")
+    path = tmp_path / "r18.safetensors"
+    net.save_weights(str(path))
+    classifier = family.predictor(str(path), "resnet18")
+    assert not any("running_var" in k for k, _ in tree_flatten(classifier.net.parameters()))
+    expected = np.array(net(resnet.preprocess(np.full((40, 50, 3), 128, np.uint8))))
+    got = np.array(classifier.net(resnet.preprocess(np.full((40, 50, 3), 128, np.uint8))))
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max())

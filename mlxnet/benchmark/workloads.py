@@ -70,7 +70,7 @@ def _mlx_ready(model: Any, dtype: str) -> Any:
 
 def resnet(name: str, size: int = 224) -> Entry:
     def build(device: str, batch: int, dtype: str) -> Workload:
-        model = _mlx_ready(_build(name), dtype)
+        model = _mlx_ready(_build(name).fuse(), dtype)  # BatchNorms folded, as the classifier runs
         x = mx.random.normal((batch, size, size, 3)).astype(getattr(mx, dtype))
 
         def torch_side() -> TorchSide:
