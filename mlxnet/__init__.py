@@ -47,15 +47,21 @@ def tune_cpu() -> None:
     _malloc.configure()
 
 
-def tune_gpu() -> None:
+def tune_gpu(low_memory: bool = False) -> None:
     """Opt in to process-wide GPU tuning, before the process's first GPU work: MLX's CUDA
     back end then launches kernels directly instead of recording CUDA graphs, which is faster
     for these models (see :mod:`mlxnet._cuda_graphs`). It sets ``MLX_USE_CUDA_GRAPHS=0`` in
     the environment unless the user set it; Metal and CPU builds ignore it. The ``mlxnet``
     command calls this for its own process. (MLX's convolution-plan cache is sized when its
     library loads, before this can run: start Python with ``MLX_CUDA_CONV_CACHE_SIZE=16384``
-    for inputs of many shapes; the command does that for itself.)"""
-    _cuda_graphs.configure()
+    for inputs of many shapes; the command does that for itself.)
+
+    ``low_memory=True`` (the command: ``MLXNET_GPU_MEMORY=low``), on CUDA builds, also has MLX
+    run each kernel in a command buffer of its own (``MLX_MAX_OPS_PER_BUFFER=1`` unless the
+    user set it), so a forward's intermediates are freed as soon as they are read rather than
+    when a batch of a hundred kernels completes: a lower peak, for more host time per kernel
+    (README, "Peak memory on CUDA")."""
+    _cuda_graphs.configure(low_memory)
 
 
 __all__ = [

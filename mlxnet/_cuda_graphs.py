@@ -26,12 +26,28 @@ import os
 import re
 
 VARIABLE = "MLX_USE_CUDA_GRAPHS"
+# MLX's CUDA back end keeps every buffer a command buffer's kernels read until the whole command
+# buffer has run (100 kernels on an H100), so a forward's intermediates pile up where PyTorch's
+# allocator frees each one after its last reader (docs/performance-notes.md, "Peak memory on
+# CUDA"). One kernel per command buffer frees them as they die, for some host time per kernel:
+# the low-memory setting. Metal commits a command buffer every 40-50 ops or 40-50 MB already.
+LOW_MEMORY = {"MLX_MAX_OPS_PER_BUFFER": "1"}
 LOAD_TIME_SETTINGS = {"MLX_CUDA_CONV_CACHE_SIZE": "16384"}
 
 
-def configure() -> None:
-    """Ask MLX for direct launches, unless the user chose (Metal and CPU builds ignore it)."""
+def configure(low_memory: bool = False, cuda: bool | None = None) -> None:
+    """Ask MLX for direct launches, unless the user chose (Metal and CPU builds ignore it).
+    ``low_memory``, on a CUDA build (``cuda``: whether MLX has one; asked when None): one
+    kernel per command buffer too (:data:`LOW_MEMORY`)."""
     os.environ.setdefault(VARIABLE, "0")
+    if low_memory:
+        if cuda is None:
+            import mlx.core as mx
+
+            cuda = mx.cuda.is_available()
+        if cuda:
+            for name, value in LOW_MEMORY.items():
+                os.environ.setdefault(name, value)
 
 
 def missing_load_time_settings(cuda: bool | None = None) -> dict[str, str]:
@@ -48,10 +64,12 @@ def cuda_graphs_info() -> str:
     """What MLX will use (or uses, once its GPU has started) on CUDA builds."""
     value = os.environ.get(VARIABLE)
     plans = os.environ.get("MLX_CUDA_CONV_CACHE_SIZE", "128 (MLX's default)")
+    ops = os.environ.get("MLX_MAX_OPS_PER_BUFFER")
+    per_buffer = f"; kernels per command buffer: {ops}" if ops is not None else ""
     if value is None:
-        return f"CUDA graphs (MLX's default); convolution plans kept: {plans}"
+        return f"CUDA graphs (MLX's default); convolution plans kept: {plans}{per_buffer}"
     return f"{'CUDA graphs' if _mlx_reads(value) else 'direct launches'} ({VARIABLE}={value}); " \
-           f"convolution plans kept: {plans}"
+           f"convolution plans kept: {plans}{per_buffer}"
 
 
 def _mlx_reads(value: str) -> int:

@@ -53,7 +53,8 @@ def main(
     env.raise_deferred()  # e.g. MLXNET_DEVICE=gpu where MLX has no GPU
     if env.switch("MLXNET_MALLOC") == "tuned":
         mlxnet.tune_cpu()  # this process only: the command owns it
-    mlxnet.tune_gpu()  # likewise; MLX_USE_CUDA_GRAPHS set by the user wins
+    # likewise; MLX_USE_CUDA_GRAPHS (and MLX_MAX_OPS_PER_BUFFER) set by the user win
+    mlxnet.tune_gpu(low_memory=env.switch("MLXNET_GPU_MEMORY") == "low")
 
 
 def _shorten(text: str, limit: int = 10) -> str:

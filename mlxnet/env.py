@@ -17,7 +17,8 @@ later (``MLXNET_KERNELS`` at every op, ``MLXNET_NATIVE`` at the first CPU op) ra
 are read.
 
 This module only reads ``os.environ``. The one write in mlxnet is the opt-in
-:func:`mlxnet.tune_gpu` (MLX's own ``MLX_USE_CUDA_GRAPHS``, left alone where the user set it).
+:func:`mlxnet.tune_gpu` (MLX's own ``MLX_USE_CUDA_GRAPHS``, and ``MLX_MAX_OPS_PER_BUFFER`` when
+asked for low memory; each left alone where the user set it).
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ SWITCHES: dict[str, Switch] = {
     "MLXNET_COMPILE": Switch("compile setting", _spellings(auto=("auto",), on=ON, off=OFF), "auto"),
     "MLXNET_NATIVE": Switch("CPU primitives setting", _spellings(on=ON, off=OFF), "on"),
     "MLXNET_MALLOC": Switch("allocator setting", _spellings(tuned=("tuned",), system=("system",)), "tuned"),
+    # low: the command asks MLX's CUDA back end for one kernel per command buffer (mlxnet.tune_gpu).
+    "MLXNET_GPU_MEMORY": Switch("GPU memory setting", _spellings(default=("default",), low=("low",)), "default"),
     # on: the image commands end with one stderr line of where their time went (pipeline stages).
     "MLXNET_TIMINGS": Switch("timings setting", _spellings(on=ON, off=OFF), "off"),
 }

@@ -195,3 +195,66 @@ def test_the_command_tunes_its_own_process_for_the_gpu():
     env = {k: v for k, v in os.environ.items() if k != "MLX_USE_CUDA_GRAPHS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.split()[-2:] == ["0", "0"], out.stdout[-500:]
+
+
+def test_low_memory_asks_cuda_builds_for_one_kernel_per_command_buffer(monkeypatch):
+    """tune_gpu(low_memory=True) sets MLX_MAX_OPS_PER_BUFFER=1 on CUDA builds only (Metal
+    commits by size already), and never over the user's own value."""
+    from mlxnet import _cuda_graphs
+
+    monkeypatch.delenv("MLX_MAX_OPS_PER_BUFFER", raising=False)
+    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    _cuda_graphs.configure(low_memory=True, cuda=False)
+    assert "MLX_MAX_OPS_PER_BUFFER" not in os.environ and os.environ["MLX_USE_CUDA_GRAPHS"] == "0"
+    _cuda_graphs.configure(low_memory=False, cuda=True)
+    assert "MLX_MAX_OPS_PER_BUFFER" not in os.environ
+    _cuda_graphs.configure(low_memory=True, cuda=True)
+    assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "1"
+    assert "kernels per command buffer: 1" in _cuda_graphs.cuda_graphs_info()
+    monkeypatch.setenv("MLX_MAX_OPS_PER_BUFFER", "8")
+    _cuda_graphs.configure(low_memory=True, cuda=True)
+    assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "8"
+
+
+@pytest.mark.parametrize("setting, expected", [("low", "1"), ("default", None), ("", None)])
+def test_the_command_asks_for_low_gpu_memory_when_told(setting, expected):
+    import mlx.core as mx
+
+    code = ("import os; from typer.testing import CliRunner; from mlxnet.cli import app; "
+            "r = CliRunner().invoke(app, ['ops']); print(r.exit_code, os.environ.get('MLX_MAX_OPS_PER_BUFFER'))")
+    env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
+    env["MLXNET_GPU_MEMORY"] = setting
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    got = expected if mx.cuda.is_available() else None  # a setting of MLX's CUDA back end only
+    assert out.stdout.split()[-2:] == ["0", str(got)], out.stdout[-500:]
+
+
+_CHAIN_PEAK = """
+import sys, mlxnet, mlx.core as mx
+mlxnet.tune_gpu(low_memory=sys.argv[1] == "low")
+w = [mx.random.normal((64, 3, 3, 64)).astype(mx.float16) * 0.05 for _ in range(32)]
+x = mx.random.normal((1, 160, 160, 64)).astype(mx.float16)
+mx.eval(w, x)
+mx.reset_peak_memory()
+base = mx.get_active_memory()
+y = x
+for k in w:
+    y = mx.conv2d(y, k, padding=1)
+mx.eval(y)
+print((mx.get_peak_memory() - base) / x.nbytes)
+"""
+
+
+@pytest.mark.gpu
+def test_low_memory_frees_a_chains_intermediates_as_they_die():
+    """32 chained convolutions evaluated at once: MLX's CUDA back end holds every intermediate
+    until its command buffer completes; with low memory, set in the process before its first
+    GPU work, only a few maps are alive at a time."""
+    import mlx.core as mx
+
+    if not mx.cuda.is_available():
+        pytest.skip("a CUDA build's setting")
+    env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
+    maps = {s: float(subprocess.run([sys.executable, "-c", _CHAIN_PEAK, s], capture_output=True, text=True,
+                                    check=True, env=env, timeout=120).stdout.split()[-1]) for s in ("default", "low")}
+    assert maps["default"] >= 16 and maps["low"] <= 8, maps
