@@ -5,8 +5,10 @@
 MLX's CUDA back end records kernels into CUDA graphs of up to MLX_MAX_OPS_PER_BUFFER nodes
 (MLX_USE_CUDA_GRAPHS=0 launches them one by one). Those settings are read once per process, so
 each setting runs in its own child process. Printed: microseconds per op for chains of small
-elementwise ops and of convolutions (host-bound by construction), and the median ms of the
-default (compiled) forward of chosen `mlxnet bench` workloads.
+elementwise ops and of convolutions (host-bound by construction; the convolutions eager and
+under ``mx.compile``), the same chain of convolutions in PyTorch on CUDA, launched one by one and
+replayed as a CUDA graph (the floor ``torch.compile(mode="reduce-overhead")`` reaches), and the
+median ms of the default (compiled) forward of chosen `mlxnet bench` workloads.
 """
 from __future__ import annotations
 
@@ -21,6 +23,51 @@ def _median_ms(fn, reps: int = 20, warmup: int = 3) -> float:
     from mlxnet.benchmark import measure
 
     return measure.summary(measure.time_alternating({"run": measure.mlx_runner(fn)}, warmup, reps)["run"])[0]
+
+
+def _torch_launches(n: int = 50) -> dict:
+    """PyTorch's host cost for the same chain of convolutions on CUDA: launched one by one
+    (eager) and replayed as one CUDA graph (what ``torch.compile(mode="reduce-overhead")``
+    does), µs per convolution; none where PyTorch has no CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    import time
+
+    x = torch.randn(1, 64, 32, 32, device="cuda", dtype=torch.float16)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16) * 0.05
+
+    def chain():
+        y = x
+        for _ in range(n):
+            y = torch.nn.functional.conv2d(y, w, padding=1)
+        return y
+
+    def per_conv_us(fn, reps: int = 20) -> float:
+        times = []
+        for _ in range(reps + 3):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        return sorted(times[3:])[reps // 2] * 1e6 / n
+
+    with torch.no_grad():
+        out = {"torch_us_per_conv": per_conv_us(chain)}
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            chain()  # warm-up outside the capture (cuDNN picks its algorithm)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            chain()
+        out["torch_us_per_conv_graph"] = per_conv_us(graph.replay)
+    return out
 
 
 def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
@@ -49,6 +96,8 @@ def child(only: list[str], batches: list[int], dtypes: list[str]) -> dict:
         return y
     out["us_per_add"] = _median_ms(adds) * 1e3 / 200
     out["us_per_conv"] = _median_ms(convs) * 1e3 / 50
+    out["us_per_conv_compiled"] = _median_ms(mx.compile(convs)) * 1e3 / 50
+    out.update(_torch_launches())
     table = entries()
     for name in only:
         for batch in batches:
