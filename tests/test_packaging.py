@@ -229,27 +229,14 @@ def test_the_command_asks_for_low_gpu_memory_when_told(setting, expected):
     assert out.stdout.split()[-2:] == ["0", str(got)], out.stdout[-500:]
 
 
+# The plain-MLX chain of scripts/bench/mlx_conv_memory.py, in a process tuned by mlxnet first.
 _CHAIN_PEAK = """
-import sys, mlxnet, mlx.core as mx
+import importlib.util, sys, mlxnet
 mlxnet.tune_gpu(low_memory=sys.argv[1] == "low")
-w = [mx.random.normal((64, 3, 3, 64)).astype(mx.float16) * 0.05 for _ in range(32)]
-x = mx.random.normal((1, 160, 160, 64)).astype(mx.float16)
-mx.eval(w, x)
-
-def chain():
-    y = x
-    for k in w:
-        y = mx.conv2d(y, k, padding=1)
-    mx.eval(y)
-
-chain()  # the first call finds cuDNN's plans, whose trial workspaces would count in the peak
-mx.synchronize()
-mx.clear_cache()
-mx.reset_peak_memory()
-base = mx.get_active_memory()
-chain()
-mx.synchronize()
-print((mx.get_peak_memory() - base) / x.nbytes)
+spec = importlib.util.spec_from_file_location("mlx_conv_memory", sys.argv[2])
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+print(script.mlx_chain(32, "float16", "gpu"))
 """
 
 
@@ -263,6 +250,8 @@ def test_low_memory_frees_a_chains_intermediates_as_they_die():
     if not mx.cuda.is_available():
         pytest.skip("a CUDA build's setting")
     env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
-    maps = {s: float(subprocess.run([sys.executable, "-c", _CHAIN_PEAK, s], capture_output=True, text=True,
-                                    check=True, env=env, timeout=120).stdout.split()[-1]) for s in ("default", "low")}
+    script = str(ROOT / "scripts" / "bench" / "mlx_conv_memory.py")
+    maps = {s: float(subprocess.run([sys.executable, "-c", _CHAIN_PEAK, s, script], capture_output=True,
+                                    text=True, check=True, env=env, timeout=120).stdout.split()[-1])
+            for s in ("default", "low")}
     assert maps["default"] >= 16 and maps["low"] <= 12, maps
