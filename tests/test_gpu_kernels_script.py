@@ -38,7 +38,7 @@ def test_rows_and_sides_planned():
     args = gkm.parse_args(["--rows", "yolov8m:8:float16", "resnet50:1:float32"])
     assert gkm.planned_rows(args) == ["yolov8m:8:float16", "resnet50:1:float32"]
     # reduce-overhead is timed at batch 1 only, where the host's launches bound the forward
-    assert gkm.planned_sides(args, "yolov8m:8:float16") == ["mlxnet", "eager", "compile"]
+    assert gkm.planned_sides(args, "yolov8m:8:float16") == ["mlxnet", "mlxnet-low", "eager", "compile"]
     assert gkm.planned_sides(args, "resnet50:1:float32") == list(gkm.SIDES)
     with pytest.raises(SystemExit):
         gkm.planned_rows(gkm.parse_args(["--rows", "resnet50-1-float16"]))
@@ -59,7 +59,7 @@ def test_without_cuda_one_line_and_exit_2():
 
 def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     out = tmp_path / "report.json"
-    result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,eager,compile",
+    result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,mlxnet-low,eager,compile",
                   "--compile-backend", "eager", "--reps", "2", "--warmup", "1", "--fail-side", "eager",
                   "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -68,8 +68,9 @@ def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     (row,) = report["rows"]
     assert row["row"] == "resnet18:1:float32"
     sides = {s["side"]: s for s in row["sides"]}
-    assert list(sides) == ["mlxnet", "eager", "compile"]
-    mlx, eager, compiled = sides["mlxnet"], sides["eager"], sides["compile"]
+    assert list(sides) == ["mlxnet", "mlxnet-low", "eager", "compile"]
+    mlx, low, eager, compiled = sides["mlxnet"], sides["mlxnet-low"], sides["eager"], sides["compile"]
+    assert low["weights_bytes"] == mlx["weights_bytes"] and low["peak_bytes"] > low["resident_bytes"]
     # MLX's peak of one forward holds the resident weights (ResNet-18: 45 MB in float32) once
     assert 40 * 2**20 < mlx["weights_bytes"] < 50 * 2**20
     assert mlx["weights_bytes"] <= mlx["resident_bytes"] < mlx["peak_bytes"] < 3 * mlx["resident_bytes"]
@@ -87,7 +88,7 @@ def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     kernel_ms, _, peak, wall, weights = cells[1:]
     failed = "failed: RuntimeError: deliberate failure of eager (--fail-side)"
     assert kernel_ms == f"n/a (no CUDA) / {failed} / n/a (no CUDA)"
-    assert peak.split(" / ")[0] == f"{mlx['peak_bytes'] / 2**20:.0f}"
+    assert peak.split(" / ")[:2] == [f"{mlx['peak_bytes'] / 2**20:.0f}", f"{low['peak_bytes'] / 2**20:.0f}"]
     assert wall == f"{mlx['wall_ms']:.2f} / –"  # compile-ro not asked for
     assert weights == "45 / 45"
     # progress lines, timestamped, for each side's process

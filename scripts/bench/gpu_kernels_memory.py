@@ -10,6 +10,8 @@ A row is ``model:batch:dtype`` (a ``mlxnet bench`` id). The sides:
 
 - ``mlxnet``: mlxnet's default forward (after ``mlxnet.tune_gpu()``, as the ``mlxnet`` command
   runs);
+- ``mlxnet-low``: the same after ``mlxnet.tune_gpu(low_memory=True)`` (the command's
+  ``MLXNET_GPU_MEMORY=low``: one kernel per MLX command buffer on CUDA);
 - ``eager``: the workload's PyTorch reference (torchvision, ultralytics, MobileSAM or the
   plain-torch twins), eager;
 - ``compile``: the same module under ``torch.compile`` (default mode);
@@ -48,8 +50,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-SIDES = ("mlxnet", "eager", "compile", "compile-ro")
-TORCH_SIDES = SIDES[1:]
+SIDES = ("mlxnet", "mlxnet-low", "eager", "compile", "compile-ro")
+MLX_SIDES = SIDES[:2]
+TORCH_SIDES = SIDES[2:]
 QUICK = ("resnet50:1:float16", "yolov8n:1:float16", "sam-tiny-encoder:1:float16")
 FULL_MODELS = ("resnet50", "yolov8n", "yolov8m", "sam-tiny-encoder", "lama-512")
 NO_CUDA = "n/a (no CUDA)"
@@ -169,7 +172,7 @@ def build_side(name: str, batch: int, dtype: str, side: str, device: str,
     if name not in table:
         raise ValueError(f"unknown model {name!r} (mlxnet bench --list names them)")
     work = table[name].build(device, batch, dtype)
-    if side == "mlxnet":
+    if side in MLX_SIDES:
         return measure.mlx_runner(work.forward), {"note": work.note, "dtype": dtype,
                                                    "weights_bytes": mlx_weights_bytes(work.forward)}
     if work.torch is None:
@@ -198,10 +201,12 @@ def measure_side(args: argparse.Namespace) -> dict:
     from mlxnet.benchmark import measure
 
     if not dry:
-        mlxnet.tune_gpu()  # direct launches, as the mlxnet command runs (before any GPU work)
+        # direct launches, as the mlxnet command runs (before any GPU work); one kernel per
+        # command buffer for the low-memory side
+        mlxnet.tune_gpu(low_memory=side == "mlxnet-low")
     # MLX runs on the GPU only for its own side: a PyTorch side builds the MLX model too (the
     # workload builds both), which on the CPU costs that process no GPU memory or launches.
-    mlxnet.use_device("gpu" if side == "mlxnet" and not dry else "cpu")
+    mlxnet.use_device("gpu" if side in MLX_SIDES and not dry else "cpu")
     if not dry:
         import torch
 
@@ -224,7 +229,7 @@ def measure_side(args: argparse.Namespace) -> dict:
             log(f"{label}: first call {time.perf_counter() - t:.1f} s")
     log(f"{label}: warm ({warmup} calls, {time.perf_counter() - t:.1f} s); memory")
     result: dict[str, Any] = {"side": side, **info}
-    if side == "mlxnet":
+    if side in MLX_SIDES:
         result.update(memory_mlx(run))
     elif not dry:
         result.update(memory_torch(run))
@@ -342,7 +347,8 @@ def table(report: dict) -> str:
     the weights each peak holds."""
     dry = report["dry_run"]
     head = ["row", "GPU kernel ms per forward: mlxnet / eager / compile",
-            "kernels per forward: mlxnet / eager / compile", "peak MB: mlxnet / eager / compile",
+            "kernels per forward: mlxnet / eager / compile",
+            "peak MB: mlxnet / mlxnet low-memory / eager / compile",
             "wall ms: mlxnet / compile (reduce-overhead)", "weights MB (in the peak): mlxnet / PyTorch"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     three = ("mlxnet", "eager", "compile")
@@ -354,7 +360,7 @@ def table(report: dict) -> str:
         cells = [row_label(row["row"]),
                  " / ".join(cell(s, x, "kernel_ms", ".2f", dry, told) for x in three),
                  " / ".join(cell(s, x, "kernels", ".0f", dry, told) for x in three),
-                 " / ".join(cell(s, x, "peak_mb", ".0f", dry, told) for x in three),
+                 " / ".join(cell(s, x, "peak_mb", ".0f", dry, told) for x in ("mlxnet", "mlxnet-low", *three[1:])),
                  " / ".join(cell(s, x, "wall_ms", ".2f", dry, told) for x in ("mlxnet", "compile-ro")),
                  " / ".join(cell(s, x, "weights_mb", ".0f", dry, told) for x in ("mlxnet", torch_side))]
         lines.append("| " + " | ".join(cells) + " |")
