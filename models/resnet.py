@@ -19,8 +19,8 @@ from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, as_rgb_images, center_crop, draw_boxes, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference, fuse_conv_bn
-from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
-                            register_spec)
+from mlxnet.weights import (Checkpoint, Description, FoldBN, WeightSpec, describe_from_metadata, load_variant,
+                            random_init, register_spec)
 
 DEFAULT = "resnet50"  # the variant of a source that names none: no --model, and 'random' weights
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -217,7 +217,10 @@ for _name in CONFIGS:
         keys=[(r"(.*)", r"\1")],
         drop=[r".*\.num_batches_tracked"],
         layouts=[(r"(.*\.)?(conv\d|downsample\.0)\.weight", "conv2d")],
-        build=lambda fold_bn=False, num_classes=1000, _n=_name: resnet(_n, num_classes),
+        # conv1+bn1 (the stem's and each block's), conv2+bn2, conv3+bn3, downsample.0+downsample.1
+        fold_bn=[FoldBN(r"((?:.*\.)?)conv(\d)", r"\1bn\2"), FoldBN(r"(.*\.downsample)\.0", r"\1.1")],
+        build=lambda fold_bn=False, num_classes=1000, _n=_name: (resnet(_n, num_classes).fuse() if fold_bn
+                                                                 else resnet(_n, num_classes)),
         describe=describe_checkpoint,
     ))
 

@@ -208,3 +208,26 @@ def test_the_classifier_runs_a_fused_model(tmp_path, monkeypatch):
     expected = np.array(net(resnet.preprocess(np.full((40, 50, 3), 128, np.uint8))))
     got = np.array(classifier.net(resnet.preprocess(np.full((40, 50, 3), 128, np.uint8))))
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max())
+
+
+def test_folded_checkpoints_convert_and_load_as_fused_models(tmp_path, golden):
+    """`mlxnet convert --fold-bn` folds a torchvision checkpoint's BatchNorms into the convs
+    (the stem's, each block's and each projection's), and a folded file, converted or a fused
+    model's own save, loads as a fused ResNet with torchvision's logits."""
+    import torch
+
+    from mlxnet.weights import convert_checkpoint
+
+    weights = seeded_state_dict(torch_shapes(resnet.resnet("resnet18")), SEED)
+    torch.save({k: torch.from_numpy(v) for k, v in weights.items()}, tmp_path / "resnet18.pth")
+    folded = convert_checkpoint(tmp_path / "resnet18.pth", tmp_path / "folded.safetensors", "resnet18", fold_bn=True)
+    x = mx.array(golden["input_nchw"].transpose(0, 2, 3, 1))
+    net = resnet.from_pretrained(str(folded))
+    assert isinstance(net.bn1, nn.Identity) and len(net.layer2[0].downsample) == 1
+    with mlxnet.use_device("cpu"):
+        assert_close(net(x), golden["resnet18.logits"], mx.float32, scale=20)
+    net.save_weights(str(tmp_path / "own.safetensors"))
+    again = resnet.from_pretrained(str(tmp_path / "own.safetensors"))
+    assert not any("running_mean" in k for k, _ in tree_flatten(again.parameters()))
+    with mlxnet.use_device("cpu"):
+        assert_close(again(x), golden["resnet18.logits"], mx.float32, scale=20)
