@@ -60,7 +60,7 @@ def tune_gpu(low_memory: bool = False) -> None:
     run each kernel in a command buffer of its own (``MLX_MAX_OPS_PER_BUFFER=1`` unless the
     user set it), so a forward's intermediates are freed as soon as they are read rather than
     when a batch of a hundred kernels completes: a lower peak, for more host time per kernel
-    (README, "Peak memory on CUDA")."""
+    (docs/performance-notes.md, "Peak memory on CUDA")."""
     _cuda_graphs.configure(low_memory)
 
 
