@@ -16,9 +16,10 @@ MLX's limit, and at values shared outside the chain):
 Where mlxnet's C++ primitives are built (:mod:`mlxnet._native`, Linux), float32 SiLU (with or
 without a per-channel bias), sigmoid and softmax run those instead: the same polynomial in one
 pass on every core; float32 GELU (both forms) runs there too, as x·Φ(x) with Φ from an erfc fit
-around that polynomial (not A&S 7.1.26 as below: relative accuracy also in the negative tail). They also spare a fresh process the passes above: MLX's CPU JIT compiles
-each fused pass with g++ into ``$TMPDIR/mlx`` (about 0.35 s apiece, again after every reboot),
-while the primitives are compiled once per installation. The passes here remain the path for
+around that polynomial (not A&S 7.1.26 as below: relative accuracy also in the negative tail).
+They also spare a fresh process the passes above: MLX's CPU JIT compiles each fused pass with
+g++ into ``$TMPDIR/mlx`` (about 0.35 s apiece, again after every reboot), while the primitives
+are compiled once per installation. The passes here remain the path for
 other dtypes and wherever the primitives are unavailable (macOS, ``MLXNET_NATIVE=off``).
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ def _edges() -> list[tuple[tuple, dict]]:
 
 # MLX 0.32's CUDA layer norm has wrong gradients for some widths (docs/performance-notes.md,
 # "Known MLX defects"): its forward, with the definition's gradient.
-layer_norm = register("layer_norm", cpu=cpu.layer_norm, kernel=kernel.layer_norm, kernel_vjp=DEFINITION_VJP, check=check.layer_norm,
-                      example=_example, edge_examples=_edges)(definition.layer_norm)
+layer_norm = register("layer_norm", cpu=cpu.layer_norm, kernel=kernel.layer_norm, kernel_vjp=DEFINITION_VJP,
+                      check=check.layer_norm, example=_example, edge_examples=_edges)(definition.layer_norm)
 
 __all__ = ["layer_norm"]
