@@ -35,7 +35,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_mask, as_rgb
-from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, handoff
+from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, evaluated, handoff
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
                             register_spec)
@@ -113,17 +113,6 @@ class FourierUnit(nn.Module):
         f = ops.conv2d(f, _pairs_to_planes(weight).reshape(weight.shape))
         f = batch_norm_relu(self.bn, f, regroup=_pairs_to_planes)
         return irfft2_planar(f, s=(h, w), norm="ortho").astype(x.dtype)
-
-
-def _evaluated(outputs):
-    """``outputs`` evaluated now, before the next stage is built: one stage's buffers are freed
-    before the next one's are allocated (``handoff``'s overlap would hold both). Inside a graph
-    transformation, where nothing may be evaluated, they stay lazy."""
-    try:
-        mx.eval(outputs)
-    except ValueError:  # MLX: "[eval] ... not allowed inside a graph transformation"
-        pass
-    return outputs
 
 
 def _pairs_to_planes(a: mx.array) -> mx.array:
@@ -262,7 +251,7 @@ class LaMa(nn.Module):
         large = x.size // x.shape[-1] * stem * x.dtype.size >= LARGE_STAGE_BYTES
         for lo, hi in self._stages(large):
             x = self._layers(x, lo, hi)
-            x = _evaluated(x) if large else handoff(x)
+            x = evaluated(x) if large else handoff(x)
         return x
 
     def _stages(self, large: bool = False) -> list[tuple[int, int]]:

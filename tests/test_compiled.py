@@ -10,7 +10,7 @@ from mlx.utils import tree_flatten, tree_map
 
 import mlxnet
 from mlxnet import families
-from mlxnet.nn import compiled_for_inference, handoff, recompile
+from mlxnet.nn import compiled_for_inference, evaluated, handoff, recompile
 from mlxnet.models import yolo
 from mlxnet.nn.compiled import _CACHE
 
@@ -174,18 +174,20 @@ def _all_compiled_calls(model: nn.Module) -> list:
     return [c for _, m in model.named_modules() for c in _compiled_calls(m).values()]
 
 
-def test_handoff_is_lazy_inside_transformations():
-    """handoff starts arrays on the device; inside mx.compile, vmap and grad, where nothing may be
-    evaluated, the values pass through and the transformation's result is unchanged."""
+@pytest.mark.parametrize("stage_end", [handoff, evaluated])
+def test_handoff_and_evaluated_are_lazy_inside_transformations(stage_end):
+    """handoff starts arrays on the device, evaluated computes them; inside mx.compile, vmap and
+    grad, where nothing may be evaluated, the values pass through and the transformation's
+    result is unchanged."""
     def f(x):
-        return handoff(x * 2) + 1
+        return stage_end(x * 2) + 1
 
     x = mx.array([1.0, 2.0])
     assert mx.array_equal(f(x), mx.array([3.0, 5.0]))
     assert mx.array_equal(mx.compile(f)(x), mx.array([3.0, 5.0]))
     assert mx.array_equal(mx.vmap(f)(x), mx.array([3.0, 5.0]))
     assert mx.array_equal(mx.grad(lambda x: f(x).sum())(x), mx.array([2.0, 2.0]))
-    pair = handoff((x, None))
+    pair = stage_end((x, None))
     assert pair[0] is x and pair[1] is None
 
 

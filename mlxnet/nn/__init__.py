@@ -8,6 +8,6 @@ from .conv import ConvTranspose1d, ConvTranspose2d
 __all__ = ["Conv2d", "GELU", "LayerNorm", "Sigmoid", "SiLU", "LayerNorm2d", "FrozenBatchNorm2d", "batch_norm_relu", "fuse_conv_bn"]
 __all__ += pooling.__all__
 __all__ += ["ConvTranspose1d", "ConvTranspose2d"]
-from .compiled import compiled_for_inference, handoff, recompile
+from .compiled import compiled_for_inference, evaluated, handoff, recompile
 
-__all__ += ["compiled_for_inference", "handoff", "recompile"]
+__all__ += ["compiled_for_inference", "evaluated", "handoff", "recompile"]

@@ -70,9 +70,21 @@ def handoff(outputs: Any) -> Any:
     host builds the next stage of a forward while the device runs this one. Inside a graph
     transformation (``mx.compile``, ``vmap``, ``grad``), where nothing may be evaluated, it
     leaves them lazy: the stages then join the enclosing graph as before."""
+    return _unless_transforming(mx.async_eval, outputs)
+
+
+def evaluated(outputs: Any) -> Any:
+    """``outputs`` computed now (``mx.eval``) and returned, before the next stage is built: one
+    stage's buffers are freed before the next one's are allocated, which :func:`handoff`'s
+    overlap would hold together (for stages whose buffers are large). Lazy inside a graph
+    transformation, as with :func:`handoff`."""
+    return _unless_transforming(mx.eval, outputs)
+
+
+def _unless_transforming(evaluate: Callable[[Any], Any], outputs: Any) -> Any:
     try:
-        mx.async_eval(outputs)
-    except ValueError:  # MLX: "[async_eval] Not allowed inside a graph transformation."
+        evaluate(outputs)
+    except ValueError:  # MLX: "[eval] / [async_eval] ... not allowed inside a graph transformation"
         pass
     return outputs
 
