@@ -146,18 +146,10 @@ class TinyViTBlock(nn.Module):
 
     def _windowed_attention(self, x: mx.array) -> mx.array:
         b, h, w, c = x.shape
-        ws = self.window
-        if h == ws and w == ws:
+        if h == w == self.window:
             return self.attn(x.reshape(b, h * w, c)).reshape(b, h, w, c)
-        pad_b, pad_r = (ws - h % ws) % ws, (ws - w % ws) % ws
-        if pad_b or pad_r:
-            x = mx.pad(x, [(0, 0), (0, pad_b), (0, pad_r), (0, 0)])
-        ph, pw = h + pad_b, w + pad_r
-        nh, nw = ph // ws, pw // ws
-        x = x.reshape(b, nh, ws, nw, ws, c).transpose(0, 1, 3, 2, 4, 5).reshape(b * nh * nw, ws * ws, c)
-        x = self.attn(x)
-        x = x.reshape(b, nh, nw, ws, ws, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, ph, pw, c)
-        return x[:, :h, :w]
+        # windows of the map zero-padded to whole windows; the padding is cropped again
+        return ops.window_merge(self.attn(ops.window_partition(x, self.window)), self.window, h, w)
 
     def __call__(self, x: mx.array) -> mx.array:
         x = x + self._windowed_attention(x)

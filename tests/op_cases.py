@@ -200,6 +200,55 @@ def conv2d_case(draw: Any) -> Case:
 
 
 @st.composite
+def depthwise_case(draw: Any) -> Case:
+    """One filter per channel, at the strides, dilations and paddings conv2d's cases draw."""
+    dtype = draw(dtypes)
+    c = draw(st.sampled_from((1, 2, 3, 5, 8, 9, 16, 33)))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding: Any = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    if draw(st.integers(0, 4)) == 0:
+        padding, stride = draw(st.sampled_from(("same", "valid"))), (1, 1)
+    h = draw(st.integers(dilation[0] * (kh - 1) + 1, 14))
+    w = draw(st.integers(dilation[1] * (kw - 1) + 1, 17))
+    x = draw(arrays((draw(batch), h, w, c), dtype, specials=False))
+    weight = draw(arrays((c, kh, kw, 1), dtype, specials=False, magnitude=(0.3,)))
+    bias = draw(arrays((c,), dtype, specials=False)) if draw(st.booleans()) else None
+    args = (x, weight) if bias is None else (x, weight, bias)
+
+    def ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        return nhwc(F.conv2d(nchw(x), w.permute(0, 3, 1, 2), b, stride=stride, padding=padding,
+                             dilation=dilation, groups=c))
+    return Case(args, {"stride": stride, "padding": padding, "dilation": dilation}, ref)
+
+
+@st.composite
+def window_partition_case(draw: Any) -> Case:
+    window = draw(st.integers(1, 5))
+    x = draw(arrays((draw(batch), draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(small)), draw(dtypes)))
+
+    def ref(x: torch.Tensor, window: int) -> torch.Tensor:
+        b, h, w, c = x.shape
+        nh, nw = -(-h // window), -(-w // window)
+        x = F.pad(x, (0, 0, 0, nw * window - w, 0, nh * window - h))
+        return x.reshape(b, nh, window, nw, window, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)
+    return Case((x, window), {}, ref)
+
+
+@st.composite
+def window_merge_case(draw: Any) -> Case:
+    window, h, w, b, c = draw(st.integers(1, 5)), draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(batch), draw(small)
+    nh, nw = -(-h // window), -(-w // window)
+    tiles = draw(arrays((b * nh * nw, window * window, c), draw(dtypes)))
+
+    def ref(tiles: torch.Tensor, window: int, h: int, w: int) -> torch.Tensor:
+        x = tiles.reshape(b, nh, nw, window, window, c).permute(0, 1, 3, 2, 4, 5)
+        return x.reshape(b, nh * window, nw * window, c)[:, :h, :w]
+    return Case((tiles, window, h, w), {}, ref)
+
+
+@st.composite
 def conv_transpose_case(draw: Any, nd: int) -> Case:
     dtype = draw(dtypes)
     groups = draw(st.sampled_from((1, 1, 2)))
@@ -332,9 +381,12 @@ CASES: dict[str, st.SearchStrategy[Case]] = {
     "layer_norm": layer_norm_case(),
     "scaled_dot_product_attention": attention_case(),
     "conv2d": conv2d_case(),
+    "depthwise_conv2d": depthwise_case(),
     "conv_transpose1d": conv_transpose_case(1),
     "conv_transpose2d": conv_transpose_case(2),
     "pad2d": pad_case(),
+    "window_partition": window_partition_case(),
+    "window_merge": window_merge_case(),
     "max_pool1d": pool_case("max_pool1d"),
     "max_pool2d": pool_case("max_pool2d"),
     "avg_pool1d": pool_case("avg_pool1d"),

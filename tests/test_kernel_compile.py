@@ -45,7 +45,7 @@ def test_every_rendered_metal_kernel_type_checks():
 
 def test_renderings_cover_every_kernel_dtype_and_address_space():
     kernels = {k.kernel for k in kernel_source.KERNELS}
-    assert len(kernels) == 18
+    assert len(kernels) == 21
     seen: dict[str, set] = {k: set() for k in kernels}
     spaces: dict[str, set] = {k: set() for k in kernels}
     inputs: dict[str, set] = {k: set() for k in kernels}
@@ -55,8 +55,9 @@ def test_renderings_cover_every_kernel_dtype_and_address_space():
         spaces[name] |= {m.group(1) for m in _PARAM.finditer(source) if m.group(4) != "p"}
         inputs[name] |= {str(x.dtype) for x in launch.inputs}
     floats = {"mlx.core.float32", "mlx.core.float16", "mlx.core.bfloat16"}
-    # pad2d copies bytes, as 8- or 4-byte words where they tile a pixel's channels
+    # pad2d and the window copies move bytes, as 8- or 4-byte words where they tile a pixel's channels
     words = floats | {"mlx.core.uint64", "mlx.core.uint32"}
+    copies = {"pad2d", "window_partition", "window_merge"}
     # NMS computes in float32 whatever the boxes' dtype (the host converts them, as the
     # definition does, to keep its bits): no dtype template, float32 boxes and uint32 mask words.
     float32_only = {"nms_mask": {"mlx.core.float32", "mlx.core.int32"},
@@ -65,7 +66,7 @@ def test_renderings_cover_every_kernel_dtype_and_address_space():
         if name in float32_only:
             assert seen[name] == set() and inputs[name] == float32_only[name], (name, inputs[name])
         else:
-            assert seen[name] == (words if name == "pad2d" else floats), name
+            assert seen[name] == (words if name in copies else floats), name
         # Each kernel's data inputs were rendered both under and over 8 elements.
         assert spaces[name] == {"constant", "device"}, (name, spaces[name])
 

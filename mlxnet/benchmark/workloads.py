@@ -115,7 +115,7 @@ def yolo(scale: str, size: int = 640) -> Entry:
 def sam_encoder(size: int = 1024) -> Entry:
     """SAM-tiny's TinyViT image encoder on size² images."""
     def build(device: str, batch: int, dtype: str) -> Workload:
-        encoder = _mlx_ready(_build("sam-tiny").image_encoder, dtype)
+        encoder = _mlx_ready(_build("sam-tiny").image_encoder.fuse(), dtype)  # as from_pretrained loads it
         x = mx.random.normal((batch, size, size, 3)).astype(getattr(mx, dtype))
 
         def torch_side() -> TorchSide:

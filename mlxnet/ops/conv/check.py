@@ -73,3 +73,16 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                           f"the dilated kernel {tuple(weight.shape[1:3])} (dilation {dilation})")
     args = (x, weight) if bias is None else (x, weight, bias)
     return args, dict(stride=stride, padding=padding, dilation=dilation, groups=groups, activation=activation)
+
+
+def depthwise_conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+                     stride: int | Pair = 1, padding: int | Pair | str = 0, dilation: int | Pair = 1) -> tuple:
+    """conv2d's rules with groups = the input's channels and one filter per channel."""
+    channels = x.shape[-1] if isinstance(x, mx.array) and x.ndim == 4 else 0
+    if isinstance(weight, mx.array) and weight.ndim == 4 and (weight.shape[0] != channels or weight.shape[-1] != 1):
+        raise MlxnetError(f"depthwise_conv2d: weight must be (C, KH, KW, 1) for an input of C={channels} "
+                          f"channels, got {tuple(weight.shape)}")
+    args, params = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                          groups=max(channels, 1))
+    del params["groups"], params["activation"]
+    return args, params

@@ -1,4 +1,5 @@
-"""conv2d's definition: ``mx.conv2d``, plus bias, then the activation."""
+"""conv2d's definition: ``mx.conv2d``, plus bias, then the activation; depthwise_conv2d is conv2d
+with groups = channels."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -19,3 +20,10 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
                   groups=groups)
     y = y if bias is None else y + bias
     return silu(y) if activation == "silu" else y
+
+
+def depthwise_conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+                     stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1) -> mx.array:
+    """Each channel of NHWC ``x`` convolved with its own (KH, KW) filter: ``weight`` is
+    (C, KH, KW, 1), conv2d with groups = C."""
+    return conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=x.shape[-1])

@@ -1,8 +1,11 @@
 """conv2d's GPU face: MLX's own convolution, except where cuDNN picks slow kernels on CUDA:
 stride-1 3×3 convs of 40–56 channels and float32 stride-2 ones from 32 on large maps run on
 pairs of columns packed into twice the channels, and float32 convs to 1–3 channels from many
-run as the taps' GEMM and shifted sums (:mod:`.tap_gemm`). The thresholds and the measurements
-behind each rule: docs/performance-notes.md.
+run as the taps' GEMM and shifted sums (:mod:`.tap_gemm`), and depthwise convs (groups =
+channels) go to depthwise_conv2d, whose GPU face is one portable kernel
+(custom_kernels/depthwise_conv.kern) that adds the bias too: cuDNN runs grouped NHWC convs far
+below memory speed. The thresholds and the measurements behind each rule:
+docs/performance-notes.md.
 """
 from __future__ import annotations
 
@@ -13,14 +16,24 @@ import numpy as np
 
 from ...device import backend
 from ..activations import silu
+from ..core.kernel_source import PortableKernel, launch_nhwc
+from ..core.registry import REGISTRY
+from . import definition
 from .check import Pair, _out_size, _pair
 from .tap_gemm import _taps_then_shift
+
+DEPTHWISE = PortableKernel("depthwise_conv.kern", "depthwise_conv2d", ["x", "weight", "bias", "p"], ["out"])
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stride: int | Pair = 1,
            padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1,
            activation: str | None = None) -> mx.array:
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    if _depthwise_helps(x, weight, groups):
+        # the registered op, so its kernel runs under the registry's custom_function (gradients)
+        y = REGISTRY["depthwise_conv2d"].dispatch(x, weight, bias, stride=stride, padding=padding,
+                                                   dilation=dilation)
+        return silu(y) if activation == "silu" else y
     if _pairs_help(x, weight, stride, padding, dilation, groups):
         y = column_pair_conv3x3(x, weight)
     elif _strided_pairs_help(x, weight, stride, padding, dilation, groups):
@@ -33,6 +46,12 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, strid
     if activation == "silu":
         return silu(y, bias)
     return y if bias is None else y + bias
+
+
+def _depthwise_helps(x: mx.array, weight: mx.array, groups: int) -> bool:
+    """A depthwise conv (one filter per channel) of a small enough map on CUDA."""
+    return (backend() == "cuda" and groups == x.shape[-1] == weight.shape[0] and groups > 1
+            and x.size <= MAX_DEPTHWISE_ELEMENTS)
 
 
 # Channel counts whose stride-1 3×3 convs cuDNN runs slowly on CUDA and that run faster as
@@ -122,3 +141,55 @@ def column_pair_conv3x3_s2(x: mx.array, weight: mx.array) -> mx.array:
     o = weight.shape[0]
     packed = mx.pad(weight, [(0, 0), (0, 0), (1, 0), (0, 0)]).reshape(o, 3, 2, 2 * c)
     return mx.conv_general(x.reshape(n, h, w // 2, 2 * c), packed, stride=(2, 1), padding=([1, 1], [1, 0]))
+
+
+# ---- depthwise convolution ---------------------------------------------------------------
+
+FLOATS = (mx.float32, mx.float16, mx.bfloat16)
+
+
+# Output columns per thread, by stride: each input row a thread reads serves that many outputs
+# (the fastest of 1, 2, 4 and 8 measured on SAM-tiny's shapes).
+COLUMNS = {1: 8, 2: 4}
+# What the kernel takes (each window and stride is its own compiled kernel): square windows of
+# these sizes, these strides on both axes, dilation 1; other depthwise convs run MLX's.
+WINDOWS = (3, 5, 7)
+# Inputs of at most this many elements: on larger maps cuDNN's depthwise kernels are as fast or
+# faster on CUDA (measured: docs/performance-notes.md).
+MAX_DEPTHWISE_ELEMENTS = 1 << 23
+
+
+@lru_cache(maxsize=64)
+def _zeros(channels: int, dtype: mx.Dtype) -> mx.array:
+    """A bias of zeros for calls without one (one array per size, made once)."""
+    z = mx.zeros((channels,), dtype)
+    mx.eval(z)
+    return z
+
+
+def _kernel_takes(x: mx.array, weight: mx.array, bias: mx.array | None, stride: Pair, dilation: Pair) -> bool:
+    dtype = x.dtype
+    return (dtype in FLOATS and weight.dtype == dtype and (bias is None or bias.dtype == dtype)
+            and weight.shape[1] == weight.shape[2] and weight.shape[1] in WINDOWS
+            and stride[0] == stride[1] and stride[0] in COLUMNS and dilation == (1, 1))
+
+
+def depthwise_conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+                     stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1) -> mx.array:
+    """One thread per COLUMNS output columns of one channel, bias added in float32 before the
+    one rounding to the output dtype. Geometries the kernel does not take, and mixed dtypes,
+    run the definition."""
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    if not _kernel_takes(x, weight, bias, stride, dilation):
+        return definition.depthwise_conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
+    n, h, w, c = x.shape
+    k, s = weight.shape[1], stride[0]
+    oh, ow = _out_size(x, weight, stride, padding, dilation)
+    cols = COLUMNS[s]
+    template = [("T", x.dtype), ("K", k), ("S", s), ("COLS", cols)]
+    bias = _zeros(c, x.dtype) if bias is None else bias
+    outs = launch_nhwc(DEPTHWISE, [x, weight, bias], (n, h, w, c, oh, ow, padding[0], padding[1]), template,
+                       (n, oh, -(-ow // cols), c), [(n, oh, ow, c)], [x.dtype])
+    if outs is None:  # past the launch limits: the definition, which has none
+        return definition.depthwise_conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
+    return outs[0]

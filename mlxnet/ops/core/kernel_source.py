@@ -160,6 +160,14 @@ def launch_nhwc(kernel: "PortableKernel", inputs: Sequence[mx.array], params: Se
                   init_value=init_value)
 
 
+def as_words(x: mx.array) -> mx.array:
+    """``x``'s bytes with each pixel's channels (its last axis) as 8- or 4-byte words where
+    those tile them (a view), else ``x`` itself: a copy kernel then moves a word per thread."""
+    row = x.shape[-1] * x.dtype.size
+    word = next((d for d in (mx.uint64, mx.uint32) if row % d.size == 0), None)
+    return x if word is None or x.size == 0 else x.view(word)
+
+
 @functools.lru_cache(maxsize=512)
 def int_params(values: tuple[int, ...]) -> mx.array:
     """Runtime sizes for a kernel as a small int32 array (not template constants, so one

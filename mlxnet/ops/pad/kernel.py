@@ -7,7 +7,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from ..core.kernel_source import PortableKernel, launch_nhwc
+from ..core.kernel_source import PortableKernel, as_words, launch_nhwc
 from . import definition
 from .definition import Pads, _check, _kept
 
@@ -25,7 +25,7 @@ def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = 
     if mode == "constant":  # MLX's pad is already one copy kernel
         return definition.pad2d(x, pads, mode, value)
     h, w = x.shape[-3:-1]
-    words = _as_words(x)
+    words = as_words(x)
     lead, c = x.shape[:-3], words.shape[-1]
     n = int(np.prod(lead)) if lead else 1
     oh, ow = h + top + bottom, w + left + right
@@ -35,11 +35,3 @@ def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = 
                        [words.dtype])
     # past the launch limits, the gather definition (which has none)
     return outs[0].view(x.dtype) if outs is not None else definition.pad2d(x, pads, mode, value)
-
-
-def _as_words(x: mx.array) -> mx.array:
-    """``x``'s bytes with each pixel's channels as 8- or 4-byte words where those tile them
-    (a view), else ``x`` itself."""
-    row = x.shape[-1] * x.dtype.size
-    word = next((d for d in (mx.uint64, mx.uint32) if row % d.size == 0), None)
-    return x if word is None or x.size == 0 else x.view(word)
