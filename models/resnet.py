@@ -47,9 +47,8 @@ class BasicBlock(nn.Module):
         self.downsample = _shortcut(cin, planes * self.expansion, stride)
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = nn.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return nn.relu(out + _apply(self.downsample, x))
+        out = conv_bn(self.conv1, self.bn1, x)
+        return conv_bn(self.conv2, self.bn2, out, residual=_apply(self.downsample, x))
 
     def fuse(self) -> None:
         _fuse_pairs(self, [("conv1", "bn1"), ("conv2", "bn2")])
@@ -70,14 +69,22 @@ class Bottleneck(nn.Module):
         self.downsample = _shortcut(cin, planes * self.expansion, stride)
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = nn.relu(self.bn1(self.conv1(x)))
-        out = nn.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return nn.relu(out + _apply(self.downsample, x))
+        out = conv_bn(self.conv1, self.bn1, x)
+        out = conv_bn(self.conv2, self.bn2, out)
+        return conv_bn(self.conv3, self.bn3, out, residual=_apply(self.downsample, x))
 
     def fuse(self) -> None:
         _fuse_pairs(self, [("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")])
         _fuse_shortcut(self.downsample)
+
+
+def conv_bn(conv: Conv2d, bn: nn.Module, x: mx.array, residual: mx.array | None = None) -> mx.array:
+    """ReLU(BN(conv(x)) + residual). Once the BatchNorm is folded into the conv (an Identity
+    left in its place), one conv call whose epilogue (bias, residual, ReLU) is one pass."""
+    if isinstance(bn, nn.Identity):
+        return conv(x, activation="relu", residual=residual)
+    y = bn(conv(x))
+    return nn.relu(y if residual is None else y + residual)
 
 
 def _shortcut(cin: int, cout: int, stride: int) -> list[nn.Module]:
@@ -143,7 +150,7 @@ class ResNet(nn.Module):
 
     def features(self, x: mx.array) -> mx.array:
         """NHWC image batch → pooled features (N, C)."""
-        x = self.maxpool(nn.relu(self.bn1(self.conv1(x))))
+        x = self.maxpool(conv_bn(self.conv1, self.bn1, x))
         for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
             x = _apply(stage, x)
         return self.avgpool(x).reshape(x.shape[0], -1)

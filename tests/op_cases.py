@@ -188,15 +188,46 @@ def conv2d_case(draw: Any) -> Case:
             v = kwargs[key]
             if not isinstance(v, str) and v[0] == v[1]:
                 kwargs[key] = v[0] if spell == "int" else (v[0],)
-    activation = draw(st.sampled_from((None, None, "silu")))
+    activation = draw(st.sampled_from((None, None, "silu", "relu")))
     bias = draw(arrays((c_out_g * groups,), dtype, specials=False)) if draw(st.booleans()) else None
-    args = (x, weight) if bias is None else (x, weight, bias)
+    residual = None
+    if draw(st.booleans()):  # a shortcut added before the activation
+        oh, ow = (_conv_out(h, kh, stride[0], padding, dilation[0], 0), _conv_out(w, kw, stride[1], padding, dilation[1], 1))
+        residual = draw(arrays((n, oh, ow, c_out_g * groups), dtype, specials=False))
+    args = (x, weight, bias) + ((residual,) if residual is not None else ())
+    args = args if residual is not None or bias is not None else (x, weight)
 
-    def ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        y = F.conv2d(nchw(x), w.permute(0, 3, 1, 2), b, stride=stride, padding=padding,
-                     dilation=dilation, groups=groups)
-        return nhwc(F.silu(y) if activation == "silu" else y)
+    def ref(x: torch.Tensor, w: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        b = rest[0] if bias is not None else None
+        y = nhwc(F.conv2d(nchw(x), w.permute(0, 3, 1, 2), b, stride=stride, padding=padding,
+                          dilation=dilation, groups=groups))
+        y = y + rest[-1] if residual is not None else y
+        return F.silu(y) if activation == "silu" else F.relu(y) if activation == "relu" else y
     return Case(args, {**kwargs, "activation": activation}, ref)
+
+
+def _conv_out(size: int, k: int, stride: int, padding: Any, dilation: int, axis: int) -> int:
+    """A conv's output size along one axis, PyTorch's rule; 'same' keeps the size."""
+    if padding == "same":
+        return size
+    pad = 0 if padding == "valid" else padding[axis]
+    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+@st.composite
+def bias_act_case(draw: Any) -> Case:
+    dtype = draw(dtypes)
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=0, max_size=3))) + (draw(st.integers(1, 40)),)
+    x = draw(arrays(shape, dtype))
+    bias = draw(arrays(shape[-1:], dtype))
+    residual = draw(arrays(shape, dtype)) if draw(st.booleans()) else None
+    activation = draw(st.sampled_from(("relu", None)))
+
+    def ref(x: torch.Tensor, b: torch.Tensor, r: torch.Tensor | None = None) -> torch.Tensor:
+        y = x + b if r is None else x + b + r
+        return F.relu(y) if activation == "relu" else y
+    args = (x, bias) if residual is None else (x, bias, residual)
+    return Case(args, {"activation": activation}, ref)
 
 
 @st.composite
@@ -381,6 +412,7 @@ CASES: dict[str, st.SearchStrategy[Case]] = {
     "layer_norm": layer_norm_case(),
     "scaled_dot_product_attention": attention_case(),
     "conv2d": conv2d_case(),
+    "bias_act": bias_act_case(),
     "depthwise_conv2d": depthwise_case(),
     "conv_transpose1d": conv_transpose_case(1),
     "conv_transpose2d": conv_transpose_case(2),

@@ -100,8 +100,10 @@ def _silu_conv_against_torch() -> None:
 def test_silu_activation_matches_torch_and_bad_activations_error():
     with mlxnet.use_device("cpu"):
         _silu_conv_against_torch()
-        with pytest.raises(mlxnet.MlxnetError, match="activation must be None or 'silu', got 'relu'"):
-            ops.conv2d(mx.zeros((1, 4, 4, 2)), mx.zeros((16, 3, 3, 2)), activation="relu")
+        with pytest.raises(mlxnet.MlxnetError, match="activation must be None, 'silu' or 'relu', got 'gelu'"):
+            ops.conv2d(mx.zeros((1, 4, 4, 2)), mx.zeros((16, 3, 3, 2)), activation="gelu")
+        with pytest.raises(mlxnet.MlxnetError, match=r"residual must have the output's shape \(1, 2, 2, 16\), got \(1, 4, 4, 16\)"):
+            ops.conv2d(mx.zeros((1, 4, 4, 2)), mx.zeros((16, 3, 3, 2)), None, mx.zeros((1, 4, 4, 16)))
 
 
 @pytest.mark.gpu

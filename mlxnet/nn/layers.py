@@ -44,8 +44,10 @@ class Sigmoid(nn.Module):
 
 class Conv2d(nn.Conv2d):
     """``mlx.nn.Conv2d`` (same parameters, init and keys) computed by mlxnet's conv2d op, which
-    takes faster formulations for 1×1 and depthwise convolutions."""
+    takes faster formulations for 1×1 and depthwise convolutions; ``activation`` and
+    ``residual`` (added before it) make the op's epilogue one pass where it can."""
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return ops.conv2d(x, self.weight, self.get("bias"), stride=self.stride,
-                          padding=self.padding, dilation=self.dilation, groups=self.groups)
+    def __call__(self, x: mx.array, *, activation: str | None = None,
+                 residual: mx.array | None = None) -> mx.array:
+        return ops.conv2d(x, self.weight, self.get("bias"), residual, stride=self.stride, padding=self.padding,
+                          dilation=self.dilation, groups=self.groups, activation=activation)

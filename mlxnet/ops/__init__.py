@@ -14,7 +14,7 @@ A new op goes into its family's package (or a new one of that shape), its kernel
 from .core.registry import REGISTRY, Op, get, register
 from .norm import layer_norm
 from .conv import conv2d, depthwise_conv2d, pointwise_conv_of_concat
-from .activations import gelu, sigmoid, silu, softmax
+from .activations import bias_act, gelu, sigmoid, silu, softmax
 from .attention import scaled_dot_product_attention
 from .nms import nms
 from .dfl_decode import dfl_decode
@@ -25,7 +25,7 @@ from .conv_transpose import conv_transpose1d, conv_transpose2d
 from .pad import pad2d
 from .window import window_merge, window_partition
 
-__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
+__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
            "conv_transpose1d", "conv_transpose2d", "pad2d", "window_partition", "window_merge"]
 __all__ += pooling.__all__
 __all__ += ["conv_transpose1d", "conv_transpose2d"]

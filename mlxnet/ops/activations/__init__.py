@@ -1,4 +1,5 @@
-"""Activations: SiLU, sigmoid, GELU (erf and tanh forms), and softmax.
+"""Activations: SiLU, sigmoid, GELU (erf and tanh forms), softmax, and bias_act (a
+convolution's bias, residual and ReLU in one pass).
 
 Definitions (:mod:`.definition`) use MLX's own ``sigmoid`` / ``erf`` / ``exp`` in float32. The
 CPU fast paths (:mod:`.cpu`) compute exp from + − × only, because MLX's Linux CPU back end
@@ -40,4 +41,22 @@ gelu = register("gelu", cpu=cpu.gelu, kernel=kernel.gelu, check=check.gelu, exam
 softmax = register("softmax", cpu=cpu.softmax, kernel=kernel.softmax, check=check.softmax,
                    example=_softmax_example)(definition.softmax)
 
-__all__ = ["gelu", "sigmoid", "silu", "softmax"]
+
+
+def _bias_act_example() -> tuple[tuple, dict]:
+    return (mx.random.normal((2, 5, 7, 12)), mx.random.normal((12,)), mx.random.normal((2, 5, 7, 12))), {}
+
+
+def _bias_act_edges() -> list[tuple[tuple, dict]]:
+    return [((mx.random.normal((2, 6, 16)), mx.random.normal((16,))), {}),
+            ((mx.array([-1.0, 2.0]), mx.array([0.5, 0.5]), mx.array([1.0, -4.0])), {"activation": None}),
+            ((mx.zeros((0, 3)), mx.ones((3,))), {})]
+
+
+# A convolution's epilogue (bias, residual, ReLU) in one pass: on CUDA a portable kernel for
+# small maps (the batch-1 layers of a CNN), MLX's fused kernel elsewhere.
+bias_act = register("bias_act", kernel=kernel.bias_act, check=check.bias_act,
+                    sources=(kernel.BIAS_ACT, kernel.BIAS_ACT_RESIDUAL), example=_bias_act_example,
+                    edge_examples=_bias_act_edges)(definition.bias_act)
+
+__all__ = ["bias_act", "gelu", "sigmoid", "silu", "softmax"]

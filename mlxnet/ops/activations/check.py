@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from ...errors import MlxnetError
-from ..core.args import as_array
+from ..core.args import as_array, shape_of
 
 GELU_FORMS = ("none", "tanh")
 
@@ -28,3 +28,21 @@ def softmax(x: mx.array, *, axis: int = -1, dtype: mx.Dtype | None = None) -> tu
     if x.ndim == 0:
         return (x.reshape(1),), {"axis": 0}, lambda y: y.reshape(())
     return (x,), {"axis": axis % x.ndim}
+
+
+BIAS_ACTIVATIONS = (None, "relu")
+
+
+def bias_act(x: mx.array, bias: mx.array, residual: mx.array | None = None, *,
+             activation: str | None = "relu") -> tuple:
+    if activation not in BIAS_ACTIVATIONS:
+        raise MlxnetError(f"bias_act: activation must be None or 'relu', got {activation!r}")
+    if not isinstance(x, mx.array) or x.ndim < 1:
+        raise MlxnetError(f"bias_act: x must be an array of at least one axis, got {shape_of(x)}")
+    if not isinstance(bias, mx.array) or bias.shape != x.shape[-1:]:
+        raise MlxnetError(f"bias_act: bias must have shape ({x.shape[-1]},) for x of shape {tuple(x.shape)}, "
+                          f"got {shape_of(bias)}")
+    if residual is not None and (not isinstance(residual, mx.array) or residual.shape != x.shape):
+        raise MlxnetError(f"bias_act: residual must have x's shape {tuple(x.shape)}, got {shape_of(residual)}")
+    args = (x, bias) if residual is None else (x, bias, residual)
+    return args, {"activation": activation}

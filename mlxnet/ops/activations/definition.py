@@ -48,3 +48,13 @@ def softmax(x: mx.array, *, axis: int = -1, dtype: mx.Dtype | None = None) -> mx
     xf = x.astype(mx.float32)
     e = mx.exp(xf - mx.stop_gradient(xf.max(axis=axis, keepdims=True)))
     return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+def bias_act(x: mx.array, bias: mx.array, residual: mx.array | None = None, *,
+             activation: str | None = "relu") -> mx.array:
+    """A convolution's epilogue: ``activation`` (``"relu"`` or None) of ``x + bias`` (per
+    channel, the last axis), plus ``residual`` (x's shape) before the activation."""
+    y = x + bias
+    if residual is not None:
+        y = y + residual
+    return mx.maximum(y, 0) if activation == "relu" else y

@@ -22,9 +22,12 @@ def _check_groups(x: mx.array, weight: mx.array, groups: int) -> None:
                           f"an input of {c} channels")
 
 
+ACTIVATIONS = (None, "silu", "relu")
+
+
 def _check_activation(activation: str | None) -> None:
-    if activation not in (None, "silu"):
-        raise MlxnetError(f"conv2d: activation must be None or 'silu', got {activation!r}")
+    if activation not in ACTIVATIONS:
+        raise MlxnetError(f"conv2d: activation must be None, 'silu' or 'relu', got {activation!r}")
 
 
 def _out_size(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilation: Pair) -> Pair:
@@ -35,12 +38,12 @@ def _out_size(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilati
 PADDING_MODES = ("same", "valid")
 
 
-def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None, *,
            stride: int | Pair = 1, padding: int | Pair | str = 0, dilation: int | Pair = 1,
            groups: int = 1, activation: str | None = None) -> tuple:
     """PyTorch's conv2d rules, once for every face: NHWC x and OHWI weight, ints or pairs
     (a 1-tuple repeats) with stride, dilation ≥ 1 and padding ≥ 0 or "same" / "valid", a
-    (C_out,) bias, an output of at least one pixel. "same" with an even dilated kernel pads
+    (C_out,) bias, an output of at least one pixel, a residual of the output's shape. "same" with an even dilated kernel pads
     one more pixel after than before, as PyTorch does: that pixel is added to x here."""
     if not (isinstance(x, mx.array) and isinstance(weight, mx.array) and x.ndim == 4 and weight.ndim == 4):
         raise MlxnetError(f"conv2d: expected NHWC x and OHWI weight of 4 dimensions, got "
@@ -71,8 +74,14 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
     if min(out) < 1:
         raise MlxnetError(f"conv2d: a {x.shape[1]}×{x.shape[2]} input padded by {padding} is smaller than "
                           f"the dilated kernel {tuple(weight.shape[1:3])} (dilation {dilation})")
+    if residual is not None:
+        shape = (x.shape[0], *out, weight.shape[0])
+        if not isinstance(residual, mx.array) or tuple(residual.shape) != shape:
+            raise MlxnetError(f"conv2d: residual must have the output's shape {shape}, got {shape_of(residual)}")
     args = (x, weight) if bias is None else (x, weight, bias)
-    return args, dict(stride=stride, padding=padding, dilation=dilation, groups=groups, activation=activation)
+    params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, activation=activation)
+    # the residual is an array input (differentiable), after the bias (a None placeholder)
+    return (args + ((None,) if bias is None else ()) + (residual,) if residual is not None else args), params
 
 
 def depthwise_conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,

@@ -29,6 +29,7 @@ from ..activations import silu
 from ..core.cpu_bands import band_count, in_bands
 from ..core.registry import REGISTRY
 from .check import Pair, _check_activation, _out_size, _pair
+from .definition import epilogue
 from .tap_gemm import _taps_then_shift
 
 
@@ -166,11 +167,14 @@ def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.
 UNFOLD_BUDGET = 256 * 2**20
 
 
-def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None, *,
            stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1,
            groups: int = 1, activation: str | None = None) -> mx.array:
     """The CPU fast path: in bands of output rows when the unfolded input would be large,
-    each band by :func:`_conv2d_cpu_band`."""
+    each band by :func:`_conv2d_cpu_band`; a residual or ReLU after the conv and its bias."""
+    if residual is not None or activation == "relu":
+        y = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        return epilogue(y, None, residual, activation)
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     n, _, _, c = x.shape
     kh, kw = weight.shape[1:3]

@@ -8,18 +8,27 @@ from ..activations import silu
 from .check import Pair, _check_activation, _check_groups, _pair
 
 
-def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None, *,
            stride: int | Pair = 1, padding: int | Pair | str = 0, dilation: int | Pair = 1,
            groups: int = 1, activation: str | None = None) -> mx.array:
     """Conv2d on NHWC input (or one HWC sample) with an OHWI weight (``mx.conv2d`` semantics,
     plus bias; PyTorch's argument rules, ``padding="same"`` / ``"valid"`` included), then
-    ``activation`` (None or ``"silu"``) applied to conv + bias."""
+    ``activation`` (None, ``"silu"`` or ``"relu"``) of conv + bias + ``residual`` (the
+    output's shape; a ResNet block's shortcut)."""
     _check_groups(x, weight, groups)
     _check_activation(activation)
     y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
                   groups=groups)
+    return epilogue(y, bias, residual, activation)
+
+
+def epilogue(y: mx.array, bias: mx.array | None, residual: mx.array | None, activation: str | None) -> mx.array:
+    """``activation`` of y + bias + residual (each optional), as MLX ops."""
     y = y if bias is None else y + bias
-    return silu(y) if activation == "silu" else y
+    y = y if residual is None else y + residual
+    if activation == "silu":
+        return silu(y)
+    return mx.maximum(y, 0) if activation == "relu" else y
 
 
 def depthwise_conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,

@@ -25,15 +25,15 @@ from .tap_gemm import _taps_then_shift
 DEPTHWISE = PortableKernel("depthwise_conv.kern", "depthwise_conv2d", ["x", "weight", "bias", "p"], ["out"])
 
 
-def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stride: int | Pair = 1,
-           padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1,
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None, *,
+           stride: int | Pair = 1, padding: int | Pair = 0, dilation: int | Pair = 1, groups: int = 1,
            activation: str | None = None) -> mx.array:
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     if _depthwise_helps(x, weight, groups):
         # the registered op, so its kernel runs under the registry's custom_function (gradients)
         y = REGISTRY["depthwise_conv2d"].dispatch(x, weight, bias, stride=stride, padding=padding,
                                                    dilation=dilation)
-        return silu(y) if activation == "silu" else y
+        return definition.epilogue(y, None, residual, activation)
     if _pairs_help(x, weight, stride, padding, dilation, groups):
         y = column_pair_conv3x3(x, weight)
     elif _strided_pairs_help(x, weight, stride, padding, dilation, groups):
@@ -43,9 +43,26 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, strid
         y = _taps_then_shift(xp, weight, dilation, _out_size(x, weight, stride, padding, dilation))
     else:
         y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    if activation == "silu":
+    if _epilogue_kernel_helps(y, bias, residual, activation):
+        return REGISTRY["bias_act"].dispatch(y, bias, residual, activation=activation)
+    if activation == "silu" and residual is None:
         return silu(y, bias)
-    return y if bias is None else y + bias
+    return definition.epilogue(y, bias, residual, activation)
+
+
+# Outputs of at most this many elements take bias_act's kernel for a residual or ReLU epilogue
+# on CUDA, where MLX's fused kernel for a broadcast bias takes longer; past it MLX's is as fast
+# or faster (measured: docs/performance-notes.md).
+MAX_EPILOGUE_ELEMENTS = 1 << 19
+
+
+def _epilogue_kernel_helps(y: mx.array, bias: mx.array | None, residual: mx.array | None,
+                           activation: str | None) -> bool:
+    """An explicit epilogue (residual or ReLU; a bare bias add stays MLX's, to fuse with what
+    follows it in a compiled forward) of a small map on CUDA."""
+    return (backend() == "cuda" and bias is not None and activation in (None, "relu")
+            and (residual is not None or activation == "relu") and y.size <= MAX_EPILOGUE_ELEMENTS
+            and y.dtype == bias.dtype and (residual is None or residual.dtype == y.dtype))
 
 
 def _depthwise_helps(x: mx.array, weight: mx.array, groups: int) -> bool:
