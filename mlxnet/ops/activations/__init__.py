@@ -56,7 +56,7 @@ def _bias_act_edges() -> list[tuple[tuple, dict]]:
 # A convolution's epilogue (bias, residual, ReLU) in one pass: on CUDA a portable kernel for
 # small maps (the batch-1 layers of a CNN), MLX's fused kernel elsewhere.
 bias_act = register("bias_act", kernel=kernel.bias_act, check=check.bias_act,
-                    sources=(kernel.BIAS_ACT, kernel.BIAS_ACT_RESIDUAL), example=_bias_act_example,
+                    sources=(kernel.BIAS_ACT_RESIDUAL,), example=_bias_act_example,
                     edge_examples=_bias_act_edges)(definition.bias_act)
 
 __all__ = ["bias_act", "gelu", "sigmoid", "silu", "softmax"]

@@ -168,12 +168,19 @@ def as_words(x: mx.array) -> mx.array:
     return x if word is None or x.size == 0 else x.view(word)
 
 
+# MLX's CUDA back end puts arrays of up to 8 bytes in a small pool of managed (host-migrated)
+# memory shared with the process's scalars; a kernel reading its sizes from there waited about
+# 15 µs per launch on an H100. Params arrays are padded past that size.
+MIN_PARAMS = 3
+
+
 @functools.lru_cache(maxsize=512)
 def int_params(values: tuple[int, ...]) -> mx.array:
     """Runtime sizes for a kernel as a small int32 array (not template constants, so one
-    compiled kernel serves every size). One array per distinct tuple, reused: a fresh host
-    array per call would be migrated to the GPU (unified memory) on every launch."""
-    return mx.array(values, mx.int32)
+    compiled kernel serves every size), of at least MIN_PARAMS elements (zeros after the
+    sizes). One array per distinct tuple, reused: a fresh host array per call would be
+    migrated to the GPU (unified memory) on every launch."""
+    return mx.array(tuple(values) + (0,) * (MIN_PARAMS - len(values)), mx.int32)
 
 
 @dataclass(frozen=True, eq=False)
