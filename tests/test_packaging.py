@@ -236,15 +236,17 @@ mlxnet.tune_gpu(low_memory=sys.argv[1] == "low")
 spec = importlib.util.spec_from_file_location("mlx_conv_memory", sys.argv[2])
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)
-print(script.mlx_chain(32, "float16", "gpu"))
+print(script.mlx_chain(64, "float16", "gpu"))
 """
 
 
 @pytest.mark.gpu
 def test_low_memory_frees_a_chains_intermediates_as_they_die():
-    """32 chained convolutions evaluated at once: MLX's CUDA back end holds every intermediate
-    until its command buffer completes; with low memory, set in the process before its first
-    GPU work, only a few maps are alive at a time."""
+    """64 chained convolutions evaluated at once: MLX's CUDA back end holds every intermediate
+    until its command buffer (100 kernels) completes; with low memory, set in the process
+    before its first GPU work, a map is freed once the kernel reading it has run, so only the
+    maps of kernels in flight are alive (a few on an idle GPU, more on a busy one: measured 22
+    of 32 beside a parallel test run)."""
     import mlx.core as mx
 
     if not mx.cuda.is_available():
@@ -254,4 +256,4 @@ def test_low_memory_frees_a_chains_intermediates_as_they_die():
     maps = {s: float(subprocess.run([sys.executable, "-c", _CHAIN_PEAK, s, script], capture_output=True,
                                     text=True, check=True, env=env, timeout=120).stdout.split()[-1])
             for s in ("default", "low")}
-    assert maps["default"] >= 16 and maps["low"] <= 12, maps
+    assert maps["default"] >= 56 and maps["low"] <= maps["default"] / 2, maps
