@@ -164,20 +164,28 @@ def attention_case(draw: Any) -> Case:
 # ---- convolutions -------------------------------------------------------------------------------
 
 @st.composite
-def conv2d_case(draw: Any) -> Case:
-    dtype = draw(dtypes)
-    groups = draw(st.sampled_from((1, 1, 2, 3)))
-    c_in_g, c_out_g = draw(st.integers(1, 5)), draw(st.integers(1, 4))
-    if draw(st.booleans()):  # depthwise
-        c_in_g, c_out_g, groups = 1, 1, draw(st.integers(1, 9))
-    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+def conv_geometry(draw: Any, k_max: int, w_max: int) -> tuple:
+    """(kh, kw, stride, dilation, padding, h, w) of a conv with an output of at least one pixel;
+    padding sometimes 'same' or 'valid' (stride 1)."""
+    kh, kw = draw(st.integers(1, k_max)), draw(st.integers(1, k_max))
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     padding: Any = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
     if draw(st.integers(0, 4)) == 0:
         padding, stride = draw(st.sampled_from(("same", "valid"))), (1, 1)
     h = draw(st.integers(dilation[0] * (kh - 1) + 1, 14))
-    w = draw(st.integers(dilation[1] * (kw - 1) + 1, 14))
+    w = draw(st.integers(dilation[1] * (kw - 1) + 1, w_max))
+    return kh, kw, stride, dilation, padding, h, w
+
+
+@st.composite
+def conv2d_case(draw: Any) -> Case:
+    dtype = draw(dtypes)
+    groups = draw(st.sampled_from((1, 1, 2, 3)))
+    c_in_g, c_out_g = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    if draw(st.booleans()):  # depthwise
+        c_in_g, c_out_g, groups = 1, 1, draw(st.integers(1, 9))
+    kh, kw, stride, dilation, padding, h, w = draw(conv_geometry(4, 14))
     n = draw(batch)
     x = draw(arrays((n, h, w, c_in_g * groups), dtype, specials=False))
     weight = draw(arrays((c_out_g * groups, kh, kw, c_in_g), dtype, specials=False, magnitude=(0.3,)))
@@ -235,14 +243,12 @@ def depthwise_case(draw: Any) -> Case:
     """One filter per channel, at the strides, dilations and paddings conv2d's cases draw."""
     dtype = draw(dtypes)
     c = draw(st.sampled_from((1, 2, 3, 5, 8, 9, 16, 33)))
-    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    padding: Any = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
-    if draw(st.integers(0, 4)) == 0:
-        padding, stride = draw(st.sampled_from(("same", "valid"))), (1, 1)
-    h = draw(st.integers(dilation[0] * (kh - 1) + 1, 14))
-    w = draw(st.integers(dilation[1] * (kw - 1) + 1, 17))
+    if draw(st.booleans()):  # what the GPU kernel takes: square 3×3 / 5×5 windows, equal strides 1-2
+        k, step = draw(st.sampled_from((3, 5))), draw(st.integers(1, 2))
+        kh, kw, stride, dilation, padding = k, k, (step, step), (1, 1), (draw(st.integers(0, 2)),) * 2
+        h, w = draw(st.integers(k, 14)), draw(st.integers(k, 17))
+    else:
+        kh, kw, stride, dilation, padding, h, w = draw(conv_geometry(5, 17))
     x = draw(arrays((draw(batch), h, w, c), dtype, specials=False))
     weight = draw(arrays((c, kh, kw, 1), dtype, specials=False, magnitude=(0.3,)))
     bias = draw(arrays((c,), dtype, specials=False)) if draw(st.booleans()) else None
