@@ -262,3 +262,28 @@ def test_few_output_convs_run_as_tap_gemms_on_cuda(gpu, monkeypatch):
     calls = _count_taps(monkeypatch)
     _few_outputs_against_torch((2, 20, 18, 64), 3, 7, 3, 1, ops.conv2d)
     assert bool(calls) == (mlxnet.backend() == "cuda")
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+@pytest.mark.parametrize("shapes", [((3, 2, 5, 2), (1, 1, 1, 2)), ((1, 1, 1, 1), (2, 1, 1, 1)), ((1, 3, 3, 1), (1, 3, 3, 1))])
+def test_tiny_operands_widened_for_cuda_give_the_same_conv_and_gradients(monkeypatch, dtype, shapes):
+    """MLX's CUDA convolution can pair a cached cuDNN plan with a misaligned small-pool copy of an
+    operand of at most 8 bytes; the definition widens such convs with zero channels there. The
+    widening (forced here on the CPU) leaves values and gradients as mx.conv2d's."""
+    from mlxnet.ops.conv import definition
+
+    rng = np.random.default_rng(0)
+    x, w = (mx.array(rng.standard_normal(s).astype(np.float32)).astype(dtype) for s in shapes)
+    geometry = dict(stride=(1, 2), padding=(1, 0), dilation=(2, 1))
+
+    def loss(conv, x, w):
+        return (conv(x, w, **geometry).astype(mx.float32) * 1.5).sum()
+    want = mx.conv2d(x, w, **geometry)
+    want_grads = mx.grad(lambda x, w: loss(mx.conv2d, x, w), argnums=[0, 1])(x, w)
+    monkeypatch.setattr(definition, "backend", lambda: "cuda")
+    got = definition.mlx_conv2d(x, w, **geometry)
+    got_grads = mx.grad(lambda x, w: loss(definition.mlx_conv2d, x, w), argnums=[0, 1])(x, w)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32)), rtol=1e-3, atol=1e-3)
+    for g, wg in zip(got_grads, want_grads):
+        np.testing.assert_allclose(np.array(g.astype(mx.float32)), np.array(wg.astype(mx.float32)), rtol=1e-3, atol=1e-3)

@@ -3,9 +3,11 @@ with groups = channels."""
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 from ..activations import silu
-from .check import Pair, _check_activation, _check_groups, _pair
+from ...device import backend
+from .check import Pair, _check_activation, _check_groups, _out_size, _pair
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None, *,
@@ -17,9 +19,29 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
     output's shape; a ResNet block's shortcut)."""
     _check_groups(x, weight, groups)
     _check_activation(activation)
-    y = mx.conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
-                  groups=groups)
+    y = mlx_conv2d(x, weight, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+                   groups=groups)
     return epilogue(y, bias, residual, activation)
+
+
+def mlx_conv2d(x: mx.array, weight: mx.array, *, stride: Pair, padding: Pair, dilation: Pair,
+               groups: int = 1) -> mx.array:
+    """``mx.conv2d``, with operands of at most 8 bytes widened on CUDA: MLX's CUDA back end
+    serves such arrays (and its internal copies of them) from a small pool aligned to 8 bytes,
+    while it caches cuDNN plans by the alignment of the arrays it was given, so a plan built for
+    an aligned copy can run on a misaligned one (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER,
+    intermittently; docs/performance-notes.md, "Known MLX defects"). Zero channels added to
+    both sides of a dense conv leave its output (cropped) and gradients unchanged."""
+    out_bytes = x.shape[0] * weight.shape[0] * x.dtype.size * np.prod(_out_size(x, weight, stride, padding, dilation))
+    if backend() != "cuda" or groups != 1 or min(x.nbytes, weight.nbytes, out_bytes) > TINY_BYTES:
+        return mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    extra = TINY_BYTES // x.dtype.size
+    x = mx.pad(x, [(0, 0), (0, 0), (0, 0), (0, extra)])
+    wide = mx.pad(weight, [(0, extra), (0, 0), (0, 0), (0, extra)])
+    return mx.conv2d(x, wide, stride=stride, padding=padding, dilation=dilation)[..., :weight.shape[0]]
+
+
+TINY_BYTES = 8  # MLX's small_block_size
 
 
 def epilogue(y: mx.array, bias: mx.array | None, residual: mx.array | None, activation: str | None) -> mx.array:

@@ -42,7 +42,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _taps_then_shift(xp, weight, dilation, _out_size(x, weight, stride, padding, dilation))
     else:
-        y = mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        y = definition.mlx_conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     if _epilogue_kernel_helps(y, bias, residual, activation):
         return REGISTRY["bias_act"].dispatch(y, bias, residual, activation=activation)
     if activation == "silu" and residual is None:
