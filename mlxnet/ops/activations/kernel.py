@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from ...dtypes import FLOAT_DTYPES
 from ..core.kernel_source import PortableKernel, int_params
 from . import definition
 
 BIAS_ACT = PortableKernel("bias_act.kern", "bias_act", ["x", "bias", "p"], ["out"])
 BIAS_ACT_RESIDUAL = PortableKernel("bias_act.kern", "bias_act_residual", ["x", "bias", "residual", "p"], ["out"])
-FLOATS = (mx.float32, mx.float16, mx.bfloat16)
+FLOATS = tuple(FLOAT_DTYPES.values())
 GROUP = 256
 
 

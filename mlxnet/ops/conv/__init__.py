@@ -2,10 +2,10 @@
 path (:mod:`.cpu`) picks a GEMM formulation or mlxnet's C++ primitives by shape, because MLX's
 CPU convolution is im2col through a scalar strided copy plus one GEMM; on GPUs
 (:mod:`.kernel`) the op runs MLX's own convolution, with column-pair and tap-GEMM forms where
-cuDNN picks slow kernels, and hands depthwise convs on CUDA to ``depthwise_conv2d`` (groups =
-channels; its GPU face is a portable kernel, run on CUDA only, where cuDNN's are slow). ``pointwise_conv_of_concat`` (a 1×1 conv of a concatenation that is
-never built on the CPU) is no registered op: it lives with the CPU face and calls ``conv2d``
-elsewhere. The thresholds and the measurements behind each rule: docs/performance-notes.md.
+cuDNN picks slow kernels; on CUDA it hands depthwise convs to ``depthwise_conv2d`` (groups =
+channels, a portable kernel) and small maps' epilogues (residual, ReLU) to ``bias_act``.
+``pointwise_conv_of_concat`` (a 1×1 conv of a concatenation that is never built on the CPU) is
+no registered op: it lives with the CPU face and calls ``conv2d`` elsewhere. The thresholds and the measurements behind each rule: docs/performance-notes.md.
 """
 from __future__ import annotations
 

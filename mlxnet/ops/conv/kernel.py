@@ -1,11 +1,11 @@
 """conv2d's GPU face: MLX's own convolution, except where cuDNN picks slow kernels on CUDA:
 stride-1 3×3 convs of 40–56 channels and float32 stride-2 ones from 32 on large maps run on
 pairs of columns packed into twice the channels, and float32 convs to 1–3 channels from many
-run as the taps' GEMM and shifted sums (:mod:`.tap_gemm`), and depthwise convs (groups =
-channels) go to depthwise_conv2d, whose GPU face is one portable kernel
-(custom_kernels/depthwise_conv.kern) that adds the bias too: cuDNN runs grouped NHWC convs far
-below memory speed. The thresholds and the measurements behind each rule:
-docs/performance-notes.md.
+run as the taps' GEMM and shifted sums (:mod:`.tap_gemm`). Depthwise convs (groups = channels)
+of maps up to MAX_DEPTHWISE_ELEMENTS go to depthwise_conv2d, whose GPU face is one portable
+kernel (custom_kernels/depthwise_conv.kern, bias included) that runs them in less time than
+cuDNN's grouped kernels; a residual or ReLU after the conv of a small map goes to bias_act's
+kernel. The thresholds and the measurements behind each rule: docs/performance-notes.md.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from ...device import backend
+from ...dtypes import FLOAT_DTYPES
 from ..activations import silu
 from ..core.kernel_source import PortableKernel, launch_nhwc
 from ..core.registry import REGISTRY
@@ -162,7 +163,7 @@ def column_pair_conv3x3_s2(x: mx.array, weight: mx.array) -> mx.array:
 
 # ---- depthwise convolution ---------------------------------------------------------------
 
-FLOATS = (mx.float32, mx.float16, mx.bfloat16)
+FLOATS = tuple(FLOAT_DTYPES.values())
 
 
 # Output columns per thread, by stride: each input row a thread reads serves that many outputs
@@ -178,8 +179,9 @@ MAX_DEPTHWISE_ELEMENTS = 1 << 23
 
 @lru_cache(maxsize=64)
 def _zeros(channels: int, dtype: mx.Dtype) -> mx.array:
-    """A bias of zeros for calls without one (one array per size, made once)."""
-    z = mx.zeros((channels,), dtype)
+    """A bias of zeros for calls without one (one array per size, made once; at least 16 bytes,
+    so it never lands in MLX's small managed pool: see int_params)."""
+    z = mx.zeros((max(channels, 16 // dtype.size),), dtype)
     mx.eval(z)
     return z
 
