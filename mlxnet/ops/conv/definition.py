@@ -7,6 +7,7 @@ import numpy as np
 
 from ..activations import silu
 from ...device import backend
+from ..core.kernel_source import MLX_SMALL_POOL_BYTES
 from .check import Pair, _check_activation, _check_groups, _out_size, _pair
 
 
@@ -33,15 +34,13 @@ def mlx_conv2d(x: mx.array, weight: mx.array, *, stride: Pair, padding: Pair, di
     intermittently; docs/performance-notes.md, "Known MLX defects"). Zero channels added to
     both sides of a dense conv leave its output (cropped) and gradients unchanged."""
     out_bytes = x.shape[0] * weight.shape[0] * x.dtype.size * np.prod(_out_size(x, weight, stride, padding, dilation))
-    if backend() != "cuda" or groups != 1 or min(x.nbytes, weight.nbytes, out_bytes) > TINY_BYTES:
+    if backend() != "cuda" or groups != 1 or min(x.nbytes, weight.nbytes, out_bytes) > MLX_SMALL_POOL_BYTES:
         return mx.conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    extra = TINY_BYTES // x.dtype.size
+    extra = MLX_SMALL_POOL_BYTES // x.dtype.size
     x = mx.pad(x, [(0, 0), (0, 0), (0, 0), (0, extra)])
     wide = mx.pad(weight, [(0, extra), (0, 0), (0, 0), (0, extra)])
     return mx.conv2d(x, wide, stride=stride, padding=padding, dilation=dilation)[..., :weight.shape[0]]
 
-
-TINY_BYTES = 8  # MLX's small_block_size
 
 
 def epilogue(y: mx.array, bias: mx.array | None, residual: mx.array | None, activation: str | None) -> mx.array:

@@ -17,7 +17,7 @@ import numpy as np
 from ...device import backend
 from ...dtypes import FLOAT_DTYPES
 from ..activations import silu
-from ..core.kernel_source import PortableKernel, launch_nhwc
+from ..core.kernel_source import MLX_SMALL_POOL_BYTES, PortableKernel, launch_nhwc
 from ..core.registry import REGISTRY
 from . import definition
 from .check import Pair, _out_size, _pair
@@ -179,9 +179,9 @@ MAX_DEPTHWISE_ELEMENTS = 1 << 23
 
 @lru_cache(maxsize=64)
 def _zeros(channels: int, dtype: mx.Dtype) -> mx.array:
-    """A bias of zeros for calls without one (one array per size, made once; at least 16 bytes,
-    so it never lands in MLX's small managed pool: see int_params)."""
-    z = mx.zeros((max(channels, 16 // dtype.size),), dtype)
+    """A bias of zeros for calls without one (one array per size, made once; longer than MLX's
+    small pool takes, see MLX_SMALL_POOL_BYTES)."""
+    z = mx.zeros((max(channels, MLX_SMALL_POOL_BYTES // dtype.size + 1),), dtype)
     mx.eval(z)
     return z
 

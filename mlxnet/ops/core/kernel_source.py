@@ -168,10 +168,13 @@ def as_words(x: mx.array) -> mx.array:
     return x if word is None or x.size == 0 else x.view(word)
 
 
-# MLX's CUDA back end puts arrays of up to 8 bytes in a small pool of managed (host-migrated)
-# memory shared with the process's scalars; a kernel reading its sizes from there waited about
-# 15 µs per launch on an H100. Params arrays are padded past that size.
-MIN_PARAMS = 3
+# MLX's CUDA back end serves arrays of up to this many bytes from a small pool of managed
+# (host-migrated) memory, aligned to 8 bytes and shared with the process's scalars: a kernel
+# reading its sizes from there waited about 15 µs per launch on an H100, and cuDNN plans cached
+# for aligned operands can meet one of its copies (docs/performance-notes.md). Arrays mlxnet
+# makes for its kernels are longer than this.
+MLX_SMALL_POOL_BYTES = 8
+MIN_PARAMS = MLX_SMALL_POOL_BYTES // 4 + 1  # int32 sizes, zero-padded
 
 
 @functools.lru_cache(maxsize=512)
