@@ -43,8 +43,9 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
            groups: int = 1, activation: str | None = None) -> tuple:
     """PyTorch's conv2d rules, once for every face: NHWC x and OHWI weight, ints or pairs
     (a 1-tuple repeats) with stride, dilation ≥ 1 and padding ≥ 0 or "same" / "valid", a
-    (C_out,) bias, an output of at least one pixel, a residual of the output's shape. "same" with an even dilated kernel pads
-    one more pixel after than before, as PyTorch does: that pixel is added to x here."""
+    (C_out,) bias, an output of at least one pixel, a residual of the output's shape. "same"
+    with an even dilated kernel pads one more pixel after than before, as PyTorch does: that
+    pixel is added to x here."""
     if not (isinstance(x, mx.array) and isinstance(weight, mx.array) and x.ndim == 4 and weight.ndim == 4):
         raise MlxnetError(f"conv2d: expected NHWC x and OHWI weight of 4 dimensions, got "
                           f"{shape_of(x)} and {shape_of(weight)}")
@@ -78,10 +79,12 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
         shape = (x.shape[0], *out, weight.shape[0])
         if not isinstance(residual, mx.array) or tuple(residual.shape) != shape:
             raise MlxnetError(f"conv2d: residual must have the output's shape {shape}, got {shape_of(residual)}")
-    args = (x, weight) if bias is None else (x, weight, bias)
-    params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, activation=activation)
-    # the residual is an array input (differentiable), after the bias (a None placeholder)
-    return (args + ((None,) if bias is None else ()) + (residual,) if residual is not None else args), params
+    # the residual is a positional array input (differentiable), after the bias (None if absent)
+    if residual is not None:
+        args = (x, weight, bias, residual)
+    else:
+        args = (x, weight) if bias is None else (x, weight, bias)
+    return args, dict(stride=stride, padding=padding, dilation=dilation, groups=groups, activation=activation)
 
 
 def depthwise_conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, *,
