@@ -53,8 +53,8 @@ def _bias_act_edges() -> list[tuple[tuple, dict]]:
             ((mx.zeros((0, 3)), mx.ones((3,))), {})]
 
 
-# A convolution's epilogue (bias, residual, ReLU) in one pass: on CUDA a portable kernel for
-# small maps (the batch-1 layers of a CNN), MLX's fused kernel elsewhere.
+# A convolution's epilogue (bias, residual, ReLU) in one pass, a portable kernel on GPUs; conv2d's
+# CUDA face sends it the small maps (the batch-1 layers of a CNN), where it beats MLX's fused kernel.
 bias_act = register("bias_act", kernel=kernel.bias_act, check=check.bias_act,
                     sources=(kernel.BIAS_ACT_RESIDUAL,), example=_bias_act_example,
                     edge_examples=_bias_act_edges)(definition.bias_act)

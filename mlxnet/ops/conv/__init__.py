@@ -5,7 +5,8 @@ CPU convolution is im2col through a scalar strided copy plus one GEMM; on GPUs
 cuDNN picks slow kernels; on CUDA it hands depthwise convs to ``depthwise_conv2d`` (groups =
 channels, a portable kernel) and small maps' epilogues (residual, ReLU) to ``bias_act``.
 ``pointwise_conv_of_concat`` (a 1×1 conv of a concatenation that is never built on the CPU) is
-no registered op: it lives with the CPU face and calls ``conv2d`` elsewhere. The thresholds and the measurements behind each rule: docs/performance-notes.md.
+no registered op: it lives with the CPU face and calls ``conv2d`` elsewhere. The thresholds and
+the measurements behind each rule: docs/performance-notes.md.
 """
 from __future__ import annotations
 
