@@ -35,11 +35,13 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_mask, as_rgb
-from mlxnet.nn import Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, evaluated, handoff
+from mlxnet.nn import (Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, evaluated,
+                       fuse_conv_bn, handoff)
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
                             register_spec)
 from mlxnet.dtypes import compute_dtype
+from mlxnet.weights.fold import fold_conv_bn
 
 # Variants: released generators of the LaMa family that share this architecture.
 CONFIGS = {
@@ -101,6 +103,7 @@ class FourierUnit(nn.Module):
         super().__init__()
         self.conv_layer = Conv2d(2 * channels, 2 * channels, 1, bias=False)
         self.bn = nn.BatchNorm(2 * channels)
+        self.planar = False  # set by fuse(): conv_layer then reads and writes planes, BN folded in
 
     def __call__(self, x: mx.array) -> mx.array:
         n, h, w, c = x.shape
@@ -109,10 +112,29 @@ class FourierUnit(nn.Module):
         # imaginary part (its stack(-1) + permute + view). So the conv's input channels are
         # read in plane order, and BN+ReLU writes its output back into planes.
         f = rfft2_planar(x, norm="ortho").reshape(n, h, -1, 2 * c)  # (n, h, w//2+1, 2c) planes
-        weight = self.conv_layer.weight.astype(mx.float32)  # (2c, 1, 1, 2c)
-        f = ops.conv2d(f, _pairs_to_planes(weight).reshape(weight.shape))
-        f = batch_norm_relu(self.bn, f, regroup=_pairs_to_planes)
+        if self.planar:
+            f = nn.relu(self.conv_layer(f)).reshape(n, h, -1, 2, c)
+        else:
+            weight = self.conv_layer.weight.astype(mx.float32)  # (2c, 1, 1, 2c)
+            f = ops.conv2d(f, _pairs_to_planes(weight).reshape(weight.shape))
+            f = batch_norm_relu(self.bn, f, regroup=_pairs_to_planes)
         return irfft2_planar(f, s=(h, w), norm="ortho").astype(x.dtype)
+
+    def fuse(self) -> None:
+        """For inference: the BatchNorm folded into the conv, and the conv's weight and bias laid
+        out for planes on both channel axes, once instead of at every forward."""
+        if self.planar:
+            return
+        bn = self.bn
+        weight, bias = fold_conv_bn(self.conv_layer.weight, None, bn.weight, bn.bias, bn.running_mean,
+                                    bn.running_var, bn.eps)
+        in_planes = _pairs_to_planes(weight).reshape(weight.shape)
+        out_planes = _pairs_to_planes(mx.moveaxis(in_planes, 0, -1)).reshape(in_planes.shape[1:] + (-1,))
+        self.conv_layer = Conv2d(weight.shape[-1], weight.shape[0], 1, bias=True)
+        self.conv_layer.weight = mx.contiguous(mx.moveaxis(out_planes, -1, 0))
+        self.conv_layer.bias = mx.contiguous(_pairs_to_planes(bias).reshape(-1))
+        self.bn = nn.Identity()
+        self.planar = True
 
 
 def _pairs_to_planes(a: mx.array) -> mx.array:
@@ -132,8 +154,16 @@ class SpectralTransform(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         conv, bn, _ = self.conv1
-        x = batch_norm_relu(bn, conv(x))
-        return self.conv2(x + self.fu(x))
+        # In the FourierUnit's precision from here (the cast fuses into this pass, not a pass
+        # of its own); the residual sum returns to the model's dtype for conv2.
+        y = batch_norm_relu(bn, conv(x)).astype(mx.float32)
+        return self.conv2((y + self.fu(y)).astype(x.dtype))
+
+    def fuse(self) -> None:
+        conv, bn, relu = self.conv1
+        if isinstance(bn, nn.BatchNorm):
+            self.conv1 = [fuse_conv_bn(conv, bn), nn.Identity(), relu]
+        self.fu.fuse()
 
 
 Stream = tuple[mx.array, "mx.array | None"]  # (local, global); global is None without a global part
@@ -199,6 +229,29 @@ class FFC_BN_ACT(nn.Module):
         x_l = batch_norm_relu(self.bn_l, x_l) if "bn_l" in self else x_l
         x_g = batch_norm_relu(self.bn_g, x_g) if "bn_g" in self else x_g
         return x_l, x_g
+
+    def fuse(self) -> None:
+        """For inference: each BatchNorm folded into the convolutions whose sum it normalises
+        (BN(a + b) = s·a + s·b + shift): their weights scaled by its per-channel scale, its shift
+        the first one's bias. The spectral transform folds its own BatchNorms."""
+        ffc = self.ffc
+        spectral = ffc.get("convg2g")
+        for name, paths in (("bn_l", (ffc.get("convl2l"), ffc.get("convg2l"))),
+                            ("bn_g", (ffc.get("convl2g"), spectral.conv2 if spectral is not None else None))):
+            bn = self.get(name)
+            if not isinstance(bn, nn.BatchNorm):
+                continue
+            zero = mx.zeros_like(bn.bias)
+            for i, conv in enumerate(c for c in paths if c is not None):
+                shift, mean = (bn.bias, bn.running_mean) if i == 0 else (zero, zero)
+                weight, bias = fold_conv_bn(conv.weight, conv.get("bias"), bn.weight, shift, mean,
+                                            bn.running_var, bn.eps)
+                conv.weight = weight
+                if i == 0 or "bias" in conv:
+                    conv.bias = bias
+            self[name] = nn.Identity()
+        if spectral is not None:
+            spectral.fuse()
 
 
 class FFCResnetBlock(nn.Module):
@@ -283,6 +336,17 @@ class LaMa(nn.Module):
                 i += 1
         return x
 
+    def fuse(self) -> "LaMa":
+        """Fold the FFC blocks' BatchNorms into their convolutions for inference (the upsampling
+        BatchNorms stay: each is one pass with its ReLU already) and lay the FourierUnits'
+        weights out for planes once. Call it before :meth:`set_dtype`, so the folding happens
+        in float32; a fused model is not for training."""
+        for layer in self.model:
+            for module in (layer.conv1, layer.conv2) if isinstance(layer, FFCResnetBlock) else (layer,):
+                if isinstance(module, FFC_BN_ACT):
+                    module.fuse()
+        return self
+
     def set_dtype(self, dtype: mx.Dtype, predicate=None) -> None:
         """Cast floating parameters to ``dtype``, except the FourierUnits', which stay float32."""
         def cast(key: str, v: mx.array) -> bool:
@@ -331,6 +395,7 @@ class LaMa(nn.Module):
         ``mlxnet convert``). ``model`` names the variant of a file (default: from a converted
         file's metadata, else "lama"). ``dtype``: float32 (default), float16 or bfloat16."""
         net, _ = load_variant(weights, tuple(CONFIGS), model=model)
+        net.fuse()
         target = compute_dtype(dtype)
         if target is not None and target != mx.float32:
             net.set_dtype(target)

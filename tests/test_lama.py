@@ -63,8 +63,10 @@ def converted(name: str) -> dict[str, mx.array]:
     return convert_state_dict(state, name)
 
 
-def build(name: str, dtype: mx.Dtype | None = None) -> lama.LaMa:
+def build(name: str, dtype: mx.Dtype | None = None, fused: bool = False) -> lama.LaMa:
     net = load_into(lama.LaMa(lama.CONFIGS[name]), converted(name))
+    if fused:
+        net.fuse()
     if dtype is not None:
         net.set_dtype(dtype)
     return net
@@ -94,9 +96,9 @@ def forward_with_taps(net: lama.LaMa, x: mx.array) -> dict[str, mx.array]:
     return taps
 
 
-def check_generator(name: str, dtype=mx.float32, batch: slice = slice(None)) -> None:
+def check_generator(name: str, dtype=mx.float32, batch: slice = slice(None), fused: bool = False) -> None:
     _, g = golden()
-    net = build(name, None if dtype == mx.float32 else dtype)
+    net = build(name, None if dtype == mx.float32 else dtype, fused)
     x = mx.array(nhwc(g["input_nchw"])[batch])
     taps = forward_with_taps(net, x)
     mx.eval(taps)
@@ -115,16 +117,37 @@ def check_generator(name: str, dtype=mx.float32, batch: slice = slice(None)) -> 
 
 # --- generator vs reference ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("fused", [False, True], ids=["as-loaded", "fused"])
 @pytest.mark.parametrize("name", ["lama", "lama-fourier"])
-def test_generator_matches_reference_fp32(name):
-    check_generator(name)
+def test_generator_matches_reference_fp32(name, fused):
+    """Also with the BatchNorms folded and the FourierUnits' weights in planes (LaMa.fuse, what
+    from_pretrained runs): the reference's intermediate tensors at every tap."""
+    check_generator(name, fused=fused)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["as-loaded", "fused"])
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
-def test_half_precision_is_close_to_fp32_and_not_constant(dtype):
+def test_half_precision_is_close_to_fp32_and_not_constant(dtype, fused):
     net = build("lama", dtype)
     assert net.dtype == dtype
-    check_generator("lama", dtype, batch=slice(0, 1))
+    check_generator("lama", dtype, batch=slice(0, 1), fused=fused)
+
+
+def test_fuse_folds_every_ffc_batchnorm_once_and_keeps_the_upsampling_ones():
+    from mlx.utils import tree_flatten
+
+    net = build("lama-fourier", fused=True)
+    keys = [k for k, _ in tree_flatten(net.parameters())]
+    bns = {k.rsplit(".", 1)[0] for k in keys if k.endswith("running_var")}
+    assert bns == {f"model.{i + 1}" for i in lama.transposed_conv_indices(lama.CONFIGS["lama-fourier"])}
+    fu = net.model[5].conv1.ffc.convg2g.fu
+    assert fu.planar and fu.conv_layer.bias.dtype == mx.float32
+    before = {k: np.array(v) for k, v in tree_flatten(net.parameters())}
+    net.fuse()  # a second call changes nothing
+    assert all(np.array_equal(before[k], np.array(v)) for k, v in tree_flatten(net.parameters()))
+    net.set_dtype(mx.float16)
+    params = dict(tree_flatten(net.parameters()))
+    assert all((v.dtype == mx.float32) == (".fu." in k) for k, v in params.items())
 
 
 def test_set_dtype_keeps_fourier_units_float32():

@@ -183,7 +183,7 @@ def lama(size: int = 512) -> Entry:
     """The big-lama generator on size² masked images + masks. float16: mlxnet's FourierUnits stay
     float32 (as LaMa.set_dtype does); the torch twin runs all float16."""
     def build(device: str, batch: int, dtype: str) -> Workload:
-        model = _mlx_ready(_build("lama"), dtype)
+        model = _mlx_ready(_build("lama").fuse(), dtype)  # as from_pretrained loads it
         x = mx.random.uniform(shape=(batch, size, size, 4))
 
         def torch_side() -> TorchSide:
