@@ -416,22 +416,24 @@ def test_cli_errors_are_one_line(cli_files, tmp_path):
 # --- the same goldens on the GPU, kernels on ------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True], ids=["as-loaded", "fused"])
 @pytest.mark.parametrize("name", ["lama", "lama-fourier"])
-def test_gpu_generator_matches_reference_fp32(gpu, name):
+def test_gpu_generator_matches_reference_fp32(gpu, name, fused):
     assert mlxnet.kernels_enabled()
-    check_generator(name)
+    check_generator(name, fused=fused)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True], ids=["as-loaded", "fused"])
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
-def test_gpu_half_precision(gpu, dtype):
-    check_generator("lama", dtype, batch=slice(0, 1))
+def test_gpu_half_precision(gpu, dtype, fused):
+    check_generator("lama", dtype, batch=slice(0, 1), fused=fused)
 
 
 @pytest.mark.gpu
 def test_gpu_inpaint_pipeline(gpu):
     _, g = golden()
-    result = build("lama").inpaint_float(g["pipeline.image_u8"], g["pipeline.mask_u8"])
+    result = build("lama", fused=True).inpaint_float(g["pipeline.image_u8"], g["pipeline.mask_u8"])
     assert_close(result, g["pipeline.inpainted"], *fp32_tolerance())
 
 
