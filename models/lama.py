@@ -446,7 +446,8 @@ def weight_spec(name: str) -> WeightSpec:
 
     def build(fold_bn: bool = False) -> LaMa:
         if fold_bn:
-            raise MlxnetError("LaMa: BatchNorm folding is not supported (an FFC's BN follows a sum of convs)")
+            raise MlxnetError("LaMa: --fold-bn does not apply to LaMa files (an FFC's BatchNorm follows a sum of "
+                              "convs); LaMa.from_pretrained folds them when it loads the file")
         return LaMa(CONFIGS[name])
 
     hub = {"lama": ("lllyasviel/Annotators", "lama.ckpt")}  # big-lama's best.ckpt (same SHA-256)

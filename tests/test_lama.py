@@ -454,3 +454,8 @@ def test_batch_norm_relu_matches_layer_then_relu(dtype, tol):
     assert mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max().item() <= tol * max(1.0, mx.abs(want).max().item())
     bn.train()  # training mode normalises by the batch's statistics: the layer's own path
     assert mx.allclose(batch_norm_relu(bn, x.astype(mx.float32)), nn.relu(bn(x.astype(mx.float32))), atol=1e-6).item()
+
+
+def test_fold_bn_conversion_refused_with_where_folding_happens():
+    with pytest.raises(MlxnetError, match=r"--fold-bn does not apply.*from_pretrained folds"):
+        lama.weight_spec("lama").build(fold_bn=True)
