@@ -128,11 +128,11 @@ class FourierUnit(nn.Module):
         bn = self.bn
         weight, bias = fold_conv_bn(self.conv_layer.weight, None, bn.weight, bn.bias, bn.running_mean,
                                     bn.running_var, bn.eps)
-        in_planes = _pairs_to_planes(weight).reshape(weight.shape)
-        out_planes = _pairs_to_planes(mx.moveaxis(in_planes, 0, -1)).reshape(in_planes.shape[1:] + (-1,))
-        self.conv_layer = Conv2d(weight.shape[-1], weight.shape[0], 1, bias=True)
-        self.conv_layer.weight = mx.contiguous(mx.moveaxis(out_planes, -1, 0))
-        self.conv_layer.bias = mx.contiguous(_pairs_to_planes(bias).reshape(-1))
+        o, _, _, i = weight.shape  # (c_out re/im pairs, 1, 1, c_in re/im pairs) → planes on both
+        planes = weight.reshape(o // 2, 2, 1, 1, i // 2, 2).transpose(1, 0, 2, 3, 5, 4)
+        self.conv_layer = Conv2d(i, o, 1, bias=True)
+        self.conv_layer.weight = planes.reshape(weight.shape)
+        self.conv_layer.bias = _pairs_to_planes(bias).reshape(-1)
         self.bn = nn.Identity()
         self.planar = True
 

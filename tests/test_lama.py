@@ -128,7 +128,7 @@ def test_generator_matches_reference_fp32(name, fused):
 @pytest.mark.parametrize("fused", [False, True], ids=["as-loaded", "fused"])
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
 def test_half_precision_is_close_to_fp32_and_not_constant(dtype, fused):
-    net = build("lama", dtype)
+    net = build("lama", dtype, fused)
     assert net.dtype == dtype
     check_generator("lama", dtype, batch=slice(0, 1), fused=fused)
 
