@@ -142,7 +142,9 @@ def library_mask(models: Models, image: np.ndarray, points=None, labels=None, bo
 def test_health(server):
     status, _, body = call(server, "/api/health", method="GET")
     assert status == 200 and body["status"] == "ok" and body["backend"] in ("cpu", "metal", "cuda")
-    assert body["limits"] == {"max_upload_mb": UPLOAD_MB, "max_pixels": MAX_PIXELS, "cache_images": CACHE}
+    assert body["limits"] == {"max_upload_mb": UPLOAD_MB, "max_pixels": MAX_PIXELS, "cache_images": CACHE,
+                              "keep_cache_mb": 256.0}
+    assert body["mlx_cache_mb"] >= 0
     assert body["weights"]["lama"] == "random" and body["weights"]["sam"].endswith("sam_seeded.safetensors")
 
 
@@ -318,6 +320,24 @@ def test_the_image_cache_is_bounded(server):
     assert status == 404  # the least recently used went first
     status, _, body = call(server, "/api/detect", {"image_id": ids[-1]})
     assert status == 200
+
+
+def test_mlx_buffer_cache_above_the_limit_is_freed_after_each_request(server, models):
+    """What a request leaves in MLX's buffer cache stays below --keep-cache-mb (here 0: all of
+    it freed); under the default limit the same request's small buffers stay for the next."""
+    fields = {"image": png(load_image(ZIDANE)[::2, ::2]), "points": [[300, 180, 1]]}
+    status, _, body = call(server, "/api/segment", fields)
+    assert status == 200, body
+    status, _, health = call(server, "/api/health", method="GET")
+    assert 0 < health["mlx_cache_mb"] <= 256
+    trimmed = Server(models, keep_cache_mb=0.0)
+    try:
+        status, _, body = call(trimmed, "/api/segment", fields)
+        assert status == 200, body
+        status, _, health = call(trimmed, "/api/health", method="GET")
+        assert health["limits"]["keep_cache_mb"] == 0.0 and health["mlx_cache_mb"] == 0.0
+    finally:
+        trimmed.stop()
 
 
 # --- the command ------------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ def app(
     max_upload_mb: float = typer.Option(50.0, "--max-upload-mb", metavar="MB", min=0.01, help="Largest request body (413 above)."),
     max_pixels: int = typer.Option(40_000_000, "--max-pixels", metavar="N", min=1, help="Largest image, width × height (400 above)."),
     cache: int = typer.Option(8, "--cache", metavar="N", min=1, help="Images kept with their SAM embeddings (least recent dropped)."),
+    keep_cache_mb: float = typer.Option(256.0, "--keep-cache-mb", metavar="MB", min=0,
+                                        help="MLX's buffer cache kept between requests (more is freed after each)."),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
 ) -> None:
@@ -77,7 +79,8 @@ def app(
 
     models = Models(Weights(sam=sam_weights, lama=lama_weights, yolo=yolo_weights, resnet=resnet_weights,
                             dtype=dtype))
-    web = create_app(models, Limits(max_upload_mb=max_upload_mb, max_pixels=max_pixels, cache_images=cache))
+    web = create_app(models, Limits(max_upload_mb=max_upload_mb, max_pixels=max_pixels, cache_images=cache,
+                                               keep_cache_mb=keep_cache_mb))
 
     def ready(url: str) -> None:
         print(f"mlxnet app: serving on {url} (models load on first use; Ctrl+C stops)", flush=True)

@@ -55,6 +55,9 @@ class Limits:
     max_pixels: int = 40_000_000  # width × height of an image or mask (a 12 MP photo is 12e6)
     cache_images: int = 8  # images (with their SAM embeddings) kept for later clicks
     max_grid: int = 64  # segment-everything's points per side
+    # MLX's buffer cache kept between requests: a click or a detection reuses less than this,
+    # while an erase or segment-everything of a large photo leaves gigabytes, freed at its end.
+    keep_cache_mb: float = 256.0
 
 
 class ApiError(Exception):
@@ -259,7 +262,16 @@ class Service:
                                          initializer=lambda: mx.set_default_device(device))
 
     async def run(self, work: Callable[[], Any]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.worker, work)
+        return await asyncio.get_running_loop().run_in_executor(self.worker, self._then_trim, work)
+
+    def _then_trim(self, work: Callable[[], Any]) -> Any:
+        """``work()``, then MLX's buffer cache trimmed to the limit (worker thread)."""
+        from mlxnet.device import trim_cache
+
+        try:
+            return work()
+        finally:
+            trim_cache(int(self.limits.keep_cache_mb * 2**20))
 
     # -- images (worker thread) --
     def image(self, upload: bytes | None, image_id: str | None) -> tuple[str, Entry]:
@@ -361,14 +373,18 @@ def _ms(seconds: float) -> float:
 
 
 async def health(request: Request, service: Service) -> Response:
+    import mlx.core as mx
+
     import mlxnet
 
     return JSONResponse({"status": "ok", "backend": mlxnet.backend(), "loaded": service.models.loaded(),
                          "weights": service.models.weights.to_dict(),
                          "limits": {"max_upload_mb": service.limits.max_upload_mb,
                                     "max_pixels": service.limits.max_pixels,
-                                    "cache_images": service.limits.cache_images},
-                         "cached_images": len(service.cache)})
+                                    "cache_images": service.limits.cache_images,
+                                    "keep_cache_mb": service.limits.keep_cache_mb},
+                         "cached_images": len(service.cache),
+                         "mlx_cache_mb": round(mx.get_cache_memory() / 2**20, 1)})
 
 
 async def post_image(request: Request, service: Service) -> Response:
