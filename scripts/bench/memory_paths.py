@@ -63,7 +63,7 @@ def measure_lama(size: int, dtype: str, device: str) -> dict:
     from mlxnet.dtypes import compute_dtype
     from mlxnet.models.lama import LaMa
 
-    net = LaMa()
+    net = LaMa().fuse()  # as LaMa.from_pretrained loads it
     target = compute_dtype(dtype)  # as LaMa.from_pretrained: half precision computes in float32 on the CPU
     if target is not None and target != mx.float32:
         net.set_dtype(target)
