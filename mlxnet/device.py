@@ -175,7 +175,7 @@ def trim_cache(keep_bytes: int) -> int:
     """Free MLX's cached buffers if they hold more than ``keep_bytes``; the bytes freed (0 when
     kept).
 
-    MLX keeps freed buffers for reuse, up to a limit that on GPUs is the device's memory, so a
+    MLX keeps freed buffers for reuse, on GPUs up to its memory limit (about the device's), so a
     finished large job (a 12 MP erase) can leave gigabytes cached in an idle process; on a Mac
     that is memory the rest of the system shares. The cache is the process's, so applications
     call this between units of work (``mlxnet app`` after each request); library calls never do.

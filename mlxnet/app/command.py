@@ -79,8 +79,9 @@ def app(
 
     models = Models(Weights(sam=sam_weights, lama=lama_weights, yolo=yolo_weights, resnet=resnet_weights,
                             dtype=dtype))
-    web = create_app(models, Limits(max_upload_mb=max_upload_mb, max_pixels=max_pixels, cache_images=cache,
-                                               keep_cache_mb=keep_cache_mb))
+    limits = Limits(max_upload_mb=max_upload_mb, max_pixels=max_pixels, cache_images=cache,
+                    keep_cache_mb=keep_cache_mb)
+    web = create_app(models, limits)
 
     def ready(url: str) -> None:
         print(f"mlxnet app: serving on {url} (models load on first use; Ctrl+C stops)", flush=True)
