@@ -126,8 +126,9 @@ class FourierUnit(nn.Module):
         if self.planar:
             return
         bn = self.bn
-        weight, bias = fold_conv_bn(self.conv_layer.weight, None, bn.weight, bn.bias, bn.running_mean,
-                                    bn.running_var, bn.eps)
+        # float32 whatever the file held: the unit computes in float32 (see the class docstring)
+        weight, bias = fold_conv_bn(self.conv_layer.weight.astype(mx.float32), None, bn.weight, bn.bias,
+                                    bn.running_mean, bn.running_var, bn.eps)
         o, _, _, i = weight.shape  # (c_out re/im pairs, 1, 1, c_in re/im pairs) → planes on both
         planes = weight.reshape(o // 2, 2, 1, 1, i // 2, 2).transpose(1, 0, 2, 3, 5, 4)
         self.conv_layer = Conv2d(i, o, 1, bias=True)

@@ -317,6 +317,22 @@ def test_lightning_checkpoint_loads_through_the_safe_reader(tmp_path):
     assert half.n_blocks == 9 and half.dtype == (mx.float16 if has_fast_half() else mx.float32)
 
 
+def test_a_float16_file_loads_with_float32_fourier_units(tmp_path):
+    """A converted file stored in float16 loads as a float16 model whose FourierUnits, folded at
+    load, still hold float32 weights, and it gives the reference's output."""
+    from mlx.utils import tree_flatten
+
+    _, g = golden()
+    out = tmp_path / "lama-fourier-fp16.safetensors"
+    save_safetensors(out, {k: v.astype(mx.float16) for k, v in converted("lama-fourier").items()},
+                     metadata={"format": "mlxnet", "model": "lama-fourier", "fold_bn": "0"})
+    net = lama.LaMa.from_pretrained(out)
+    params = dict(tree_flatten(net.parameters()))
+    assert net.dtype == mx.float16
+    assert all((v.dtype == mx.float32) == (".fu." in k) for k, v in params.items())
+    assert_close(net(mx.array(nhwc(g["input_nchw"]))), nhwc(g["lama-fourier.out"]), mx.float16, 1.0)
+
+
 def test_unknown_and_missing_generator_keys_are_errors():
     state = {f"generator.{k}": mx.array(v) for k, v in torch_state("lama-fourier").items()}
     with pytest.raises(MlxnetError, match=r"unmapped key generator_ema\.model\.1"):
