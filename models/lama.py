@@ -125,15 +125,13 @@ class FourierUnit(nn.Module):
         out for planes on both channel axes, once instead of at every forward."""
         if self.planar:
             return
-        bn = self.bn
         # float32 whatever the file held: the unit computes in float32 (see the class docstring)
-        weight, bias = fold_conv_bn(self.conv_layer.weight.astype(mx.float32), None, bn.weight, bn.bias,
-                                    bn.running_mean, bn.running_var, bn.eps)
-        o, _, _, i = weight.shape  # (c_out re/im pairs, 1, 1, c_in re/im pairs) → planes on both
-        planes = weight.reshape(o // 2, 2, 1, 1, i // 2, 2).transpose(1, 0, 2, 3, 5, 4)
-        self.conv_layer = Conv2d(i, o, 1, bias=True)
-        self.conv_layer.weight = planes.reshape(weight.shape)
-        self.conv_layer.bias = _pairs_to_planes(bias).reshape(-1)
+        self.conv_layer.weight = self.conv_layer.weight.astype(mx.float32)
+        fused = fuse_conv_bn(self.conv_layer, self.bn)
+        o, _, _, i = fused.weight.shape  # (c_out re/im pairs, 1, 1, c_in re/im pairs) → planes on both
+        planes = fused.weight.reshape(o // 2, 2, 1, 1, i // 2, 2).transpose(1, 0, 2, 3, 5, 4)
+        fused.weight, fused.bias = planes.reshape(fused.weight.shape), _pairs_to_planes(fused.bias).reshape(-1)
+        self.conv_layer = fused
         self.bn = nn.Identity()
         self.planar = True
 
