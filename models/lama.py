@@ -36,7 +36,7 @@ from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_mask, as_rgb
 from mlxnet.nn import (Conv2d, ConvTranspose2d, Sigmoid, batch_norm_relu, compiled_for_inference, evaluated,
-                       fuse_conv_bn, handoff)
+                       fuse_conv_bn, handoff, recompile)
 from mlxnet.ops.fft import irfft2_planar, rfft2_planar
 from mlxnet.weights import (Checkpoint, Description, WeightSpec, describe_from_metadata, load_variant, random_init,
                             register_spec)
@@ -74,10 +74,11 @@ class Conv(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         return self.padded(reflect_pad(x, self.padding))
 
-    def padded(self, x: mx.array) -> mx.array:
-        """The convolution of an input that is already reflect-padded by ``self.padding``."""
+    def padded(self, x: mx.array, *, bias: bool = True) -> mx.array:
+        """The convolution of an input that is already reflect-padded by ``self.padding``;
+        ``bias=False`` leaves the bias to the caller's epilogue."""
         y = ops.conv2d(x, self.weight.astype(x.dtype), stride=self.stride)
-        return y + self.bias.astype(x.dtype) if "bias" in self else y
+        return y + self.bias.astype(x.dtype) if bias and "bias" in self else y
 
 
 class ReflectionPad2d(nn.Module):
@@ -151,11 +152,20 @@ class SpectralTransform(nn.Module):
         self.fu = FourierUnit(half)
         self.conv2 = Conv2d(half, cout, 1, bias=False)
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, crop: int = 0) -> mx.array:
+        """``x`` may come reflect-padded by ``crop`` (a fused LaMa's stream, see :meth:`LaMa.fuse`):
+        the 1×1 conv then runs on the padded map and its output is cropped before the bias and
+        ReLU, which read the crop in place (a 1×1 conv commutes with cropping; cropping its
+        input would copy it)."""
         conv, bn, _ = self.conv1
+        if crop:
+            y = ops.conv2d(x, conv.weight)[:, crop:-crop, crop:-crop]
+            y = nn.relu(y + conv.bias)
+        else:
+            y = batch_norm_relu(bn, conv(x))
         # In the FourierUnit's precision from here (the cast fuses into this pass, not a pass
         # of its own); the residual sum returns to the model's dtype for conv2.
-        y = batch_norm_relu(bn, conv(x)).astype(mx.float32)
+        y = y.astype(mx.float32)
         return self.conv2((y + self.fu(y)).astype(x.dtype))
 
     def fuse(self) -> None:
@@ -189,27 +199,54 @@ class FFC(nn.Module):
                 raise MlxnetError("LaMa FFC: a strided spectral transform is not part of any LaMa generator")
             self.convg2g = SpectralTransform(in_g, out_g)
         self.padding = padding
+        # Set by LaMa.fuse() where the layer before writes its output reflect-padded by
+        # ``padding`` already: the inputs are then used as they come.
+        self.takes_padded = False
 
     def __call__(self, x: Stream | mx.array) -> Stream:
+        """(local, global): each the sum of the paths into that group."""
+        (local, bias_l), (glob, bias_g) = self.paths(x)
+        return _sum(local, bias_l), _sum(glob, bias_g)
+
+    def paths(self, x: Stream | mx.array) -> tuple[tuple[list[mx.array], mx.array | None], ...]:
+        """Per output group (local, global): the paths' outputs without their convolutions'
+        biases, and those biases summed (None where no path has one), for an epilogue to add."""
         x_l, x_g = x if isinstance(x, tuple) else (x, None)
-        # The local input feeds two convolutions: it is padded once for both.
-        pad_l = reflect_pad(x_l, self.padding)
-        pad_g = reflect_pad(x_g, self.padding) if x_g is not None and "convg2l" in self else None
-        out_l = _sum(_padded(self.get("convl2l")), pad_l, _padded(self.get("convg2l")), pad_g)
-        out_g = _sum(_padded(self.get("convl2g")), pad_l, self.get("convg2g"), x_g)
-        return out_l, out_g
+        if self.takes_padded:
+            pad_l, pad_g = x_l, x_g
+        else:  # the local input feeds two convolutions: it is padded once for both
+            pad_l = reflect_pad(x_l, self.padding)
+            pad_g = reflect_pad(x_g, self.padding) if x_g is not None and "convg2l" in self else None
+        local = [(self.get("convl2l"), pad_l), (self.get("convg2l"), pad_g)]
+        glob = [(self.get("convl2g"), pad_l)]
+        outs = tuple(_conv_paths(p) for p in (local, glob))
+        spectral = self.get("convg2g")
+        if spectral is not None and x_g is not None:
+            outs[1][0].append(spectral(x_g, crop=self.padding if self.takes_padded else 0))
+        return outs
+
+    def unpadded(self, x: Stream) -> Stream:
+        """The stream this layer was given, without the padding it came with (views)."""
+        if not self.takes_padded or not self.padding:
+            return x
+        p = self.padding
+        return tuple(None if v is None else v[:, p:-p, p:-p] for v in x)
 
 
-def _padded(conv: Conv | None):
-    return conv.padded if conv is not None else None
+def _conv_paths(paths: list[tuple["Conv | None", mx.array | None]]) -> tuple[list[mx.array], mx.array | None]:
+    """The present paths' convolutions without bias, and their biases summed."""
+    present = [(conv, v) for conv, v in paths if conv is not None and v is not None]
+    biases = [conv.bias.astype(v.dtype) for conv, v in present if "bias" in conv]
+    bias = None if not biases else biases[0] if len(biases) == 1 else biases[0] + biases[1]
+    return [conv.padded(v, bias=False) for conv, v in present], bias
 
 
-def _sum(f, a: mx.array, g, b: mx.array | None) -> mx.array | None:
-    """f(a) + g(b), where an absent path contributes nothing (the reference's Identity on 0)."""
-    terms = [m(v) for m, v in ((f, a), (g, b)) if m is not None and v is not None]
+def _sum(terms: list[mx.array], bias: mx.array | None) -> mx.array | None:
+    """The paths' sum, where an absent path contributes nothing (the reference's Identity on 0)."""
     if not terms:
         return None
-    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    total = terms[0] if bias is None else terms[0] + bias
+    return total if len(terms) == 1 else total + terms[1]
 
 
 class FFC_BN_ACT(nn.Module):
@@ -222,12 +259,30 @@ class FFC_BN_ACT(nn.Module):
             self.bn_l = nn.BatchNorm(cout - out_g)
         if ratio_out != 0:
             self.bn_g = nn.BatchNorm(out_g)
+        self.folded = False  # set by fuse(): the BatchNorms are in the convolutions
+        # Set by LaMa.fuse() where the next FFC pads its input: the output is written padded.
+        self.pad_output = 0
 
-    def __call__(self, x: Stream | mx.array) -> Stream:
+    def __call__(self, x: Stream | mx.array, skip: Stream | None = None) -> Stream:
+        """ReLU(BN(FFC(x))) per group, plus ``skip`` (a resnet block's input) after the ReLU."""
+        if self.folded:
+            # each group's epilogue (bias, sum of paths, ReLU, skip, padding) is one pass
+            skip = skip or (None, None)
+            return tuple(self._epilogue(terms, bias, s) for (terms, bias), s in zip(self.ffc.paths(x), skip))
         x_l, x_g = self.ffc(x)
         x_l = batch_norm_relu(self.bn_l, x_l) if "bn_l" in self else x_l
         x_g = batch_norm_relu(self.bn_g, x_g) if "bn_g" in self else x_g
+        if skip is not None:
+            x_l, x_g = skip[0] + x_l, skip[1] + x_g
         return x_l, x_g
+
+    def _epilogue(self, terms: list[mx.array], bias: mx.array | None, skip: mx.array | None) -> mx.array | None:
+        if not terms:
+            return None
+        bias = mx.zeros(terms[0].shape[-1:], terms[0].dtype) if bias is None else bias
+        p = self.pad_output
+        return ops.bias_act_pad2d(terms[0], bias, terms[1] if len(terms) > 1 else None, skip,
+                                  pads=(p, p, p, p), mode="reflect")
 
     def fuse(self) -> None:
         """For inference: each BatchNorm folded into the convolutions whose sum it normalises
@@ -251,6 +306,7 @@ class FFC_BN_ACT(nn.Module):
             self[name] = nn.Identity()
         if spectral is not None:
             spectral.fuse()
+        self.folded = True
 
 
 class FFCResnetBlock(nn.Module):
@@ -260,8 +316,7 @@ class FFCResnetBlock(nn.Module):
         self.conv2 = FFC_BN_ACT(dim, dim, 3, ratio, ratio, padding=1)
 
     def __call__(self, x: Stream) -> Stream:
-        y_l, y_g = self.conv2(self.conv1(x))
-        return x[0] + y_l, x[1] + y_g
+        return self.conv2(self.conv1(x), skip=self.conv1.ffc.unpadded(x))
 
 
 class ConcatTuple(nn.Module):
@@ -339,11 +394,25 @@ class LaMa(nn.Module):
         """Fold the FFC blocks' BatchNorms into their convolutions for inference (the upsampling
         BatchNorms stay: each is one pass with its ReLU already) and lay the FourierUnits'
         weights out for planes once. Call it before :meth:`set_dtype`, so the folding happens
-        in float32; a fused model is not for training."""
+        in float32; a fused model is not for training.
+
+        Each FFC layer whose output feeds another that reflect-pads its input then writes that
+        output padded, in the pass of its epilogue, and the next one takes it as it is: the
+        encoder's convolutions and the resnet blocks pass padded maps along, with no padding
+        pass between them (a block's skip reads its input's interior in place)."""
+        chain: list[FFC_BN_ACT | None] = []  # the FFC layers in forward order; None breaks a run
         for layer in self.model:
-            for module in (layer.conv1, layer.conv2) if isinstance(layer, FFCResnetBlock) else (layer,):
-                if isinstance(module, FFC_BN_ACT):
-                    module.fuse()
+            if isinstance(layer, FFCResnetBlock):
+                chain += [layer.conv1, layer.conv2]
+            else:
+                chain.append(layer if isinstance(layer, FFC_BN_ACT) else None)
+        for module in chain:
+            if module is not None:
+                module.fuse()
+        for before, after in zip(chain, chain[1:]):
+            if before is not None and after is not None and after.ffc.padding:
+                before.pad_output, after.ffc.takes_padded = after.ffc.padding, True
+        recompile(self)  # compiled forwards traced before this read the old structure
         return self
 
     def set_dtype(self, dtype: mx.Dtype, predicate=None) -> None:

@@ -329,6 +329,37 @@ def pad_case(draw: Any) -> Case:
 
 
 @st.composite
+def bias_act_pad_case(draw: Any) -> Case:
+    """A convolution's epilogue padded for the next one; every input may be a view (the GPU
+    kernel reads each through its strides)."""
+    dtype = draw(dtypes)
+    n, h, w, c = draw(batch), draw(st.integers(1, 7)), draw(st.integers(1, 7)), draw(small)
+    mode = draw(st.sampled_from(("reflect", "symmetric", "replicate")))
+    reach = {"reflect": (h - 1, w - 1), "symmetric": (h, w), "replicate": (9, 9)}[mode]
+    pads = tuple(draw(st.integers(0, reach[i // 2])) for i in range(4))
+    x = draw(arrays((n, h, w, c), dtype))
+    bias = draw(arrays((c,), dtype))
+    residual = draw(arrays((n, h, w, c), dtype)) if draw(st.booleans()) else None
+    skip = draw(arrays((n, h, w, c), dtype)) if draw(st.booleans()) else None
+    activation = draw(st.sampled_from(("relu", None)))
+    kwargs = {"pads": pads, "mode": mode, "activation": activation}
+    # ReLU's gradient at NaN is a convention (PyTorch 0, MLX's maximum 1): forward only there
+    grads = activation is None or not any(mx.isnan(a).any().item() for a in (x, bias, residual) if a is not None)
+    if mode == "symmetric":
+        return Case((x, bias, residual, skip), kwargs, None, grads=grads)
+
+    def ref(x: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        given = iter(rest)
+        r = next(given) if residual is not None else None
+        s = next(given) if skip is not None else None
+        y = x + b if r is None else x + b + r
+        y = F.relu(y) if activation == "relu" else y
+        y = y if s is None else y + s
+        return nhwc(F.pad(nchw(y), (pads[2], pads[3], pads[0], pads[1]), mode=mode))
+    return Case((x, bias, residual, skip), kwargs, ref, grads=grads)
+
+
+@st.composite
 def pool_case(draw: Any, name: str) -> Case:
     dtype = draw(dtypes)
     nd = 1 if name.endswith("1d") else 2
@@ -423,6 +454,7 @@ CASES: dict[str, st.SearchStrategy[Case]] = {
     "conv_transpose1d": conv_transpose_case(1),
     "conv_transpose2d": conv_transpose_case(2),
     "pad2d": pad_case(),
+    "bias_act_pad2d": bias_act_pad_case(),
     "window_partition": window_partition_case(),
     "window_merge": window_merge_case(),
     "max_pool1d": pool_case("max_pool1d"),

@@ -45,7 +45,7 @@ def test_every_rendered_metal_kernel_type_checks():
 
 def test_renderings_cover_every_kernel_dtype_and_address_space():
     kernels = {k.kernel for k in kernel_source.KERNELS}
-    assert len(kernels) == 23
+    assert len(kernels) == 24
     seen: dict[str, set] = {k: set() for k in kernels}
     spaces: dict[str, set] = {k: set() for k in kernels}
     inputs: dict[str, set] = {k: set() for k in kernels}

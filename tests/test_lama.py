@@ -80,14 +80,15 @@ def forward_with_taps(net: lama.LaMa, x: mx.array) -> dict[str, mx.array]:
     for i, layer in enumerate(net.model):
         if i == 5:  # the first block's FourierUnit input: its spectral transform's conv1
             st = layer.conv1.ffc.convg2g
-            g = h[1]
+            g = layer.conv1.ffc.unpadded(h)[1]
             for sub in st.conv1:
                 g = sub(g)
             taps["block0_fu"] = st.fu(g)
         h = layer(h)
         if i in (4, 5):
             name = "down3" if i == 4 else "block0"
-            taps[f"{name}.l"], taps[f"{name}.g"] = h
+            # a fused model hands the next block its input reflect-padded: the tap is the interior
+            taps[f"{name}.l"], taps[f"{name}.g"] = net.model[i + 1].conv1.ffc.unpadded(h)
         elif i == 5 + n:
             taps["bottleneck"] = h
         elif i == len(net.model) - 2:

@@ -22,10 +22,10 @@ from . import fft  # noqa: E402  (NHWC rfft2 / irfft2)
 from . import pooling  # noqa: E402  (registers the pooling ops)
 from .pooling import *  # noqa: F401,F403
 from .conv_transpose import conv_transpose1d, conv_transpose2d
-from .pad import pad2d
+from .pad import bias_act_pad2d, pad2d
 from .window import window_merge, window_partition
 
 __all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
-           "conv_transpose1d", "conv_transpose2d", "pad2d", "window_partition", "window_merge"]
+           "conv_transpose1d", "conv_transpose2d", "bias_act_pad2d", "pad2d", "window_partition", "window_merge"]
 __all__ += pooling.__all__
 __all__ += ["conv_transpose1d", "conv_transpose2d"]

@@ -249,6 +249,9 @@ class PortableKernel:
     input_names: Sequence[str]
     output_names: Sequence[str]
     atomic_outputs: bool = False
+    # False: inputs reach the kernel as they are, views included, and the body reads each
+    # through its ``X_strides`` (MLX otherwise copies a non-contiguous input first).
+    row_contiguous: bool = True
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
     built: set[tuple] = field(default_factory=set, repr=False)
 
@@ -266,12 +269,13 @@ class PortableKernel:
                 self._handles[target] = mx.fast.metal_kernel(
                     name=self.name, input_names=list(self.input_names),
                     output_names=list(self.output_names), source=body, header=header,
-                    atomic_outputs=self.atomic_outputs,
+                    atomic_outputs=self.atomic_outputs, ensure_row_contiguous=self.row_contiguous,
                 )
             elif target == "cuda":
                 self._handles[target] = mx.fast.cuda_kernel(
                     name=self.name, input_names=list(self.input_names),
                     output_names=list(self.output_names), source=body, header=header,
+                    ensure_row_contiguous=self.row_contiguous,
                 )
             else:
                 raise MlxnetError(f"kernel {self.kernel!r} cannot run on back end {target!r}")

@@ -10,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from ...errors import MlxnetError
+from ..activations import definition as activations
 from ..core.args import ints, one_line, shape_of
 
 MODES = ("reflect", "symmetric", "replicate", "constant")
@@ -102,3 +103,12 @@ def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = 
     lead, c = x.shape[:-3], x.shape[-1]
     flat = mx.take(x.reshape(*lead, h * w, c), index, axis=-2)
     return flat.reshape(*lead, h + top + bottom, w + left + right, c)
+
+
+def bias_act_pad2d(x: mx.array, bias: mx.array, residual: mx.array | None = None, skip: mx.array | None = None,
+                   *, pads: Pads, mode: str = "reflect", activation: str | None = "relu") -> mx.array:
+    """A convolution's epilogue written padded for the next convolution: ``pad2d(bias_act(x,
+    bias, residual, activation=activation) + skip, pads, mode)`` of an (N, H, W, C) ``x``;
+    ``skip`` (x's shape, optional) is added after the activation, as a resnet block's input."""
+    y = activations.bias_act(x, bias, residual, activation=activation)
+    return pad2d(y if skip is None else y + skip, pads, mode)
