@@ -43,8 +43,8 @@ def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = 
 
 def bias_act_pad2d(x: mx.array, bias: mx.array, residual: mx.array | None = None, skip: mx.array | None = None,
                    *, pads: Pads, mode: str = "reflect", activation: str | None = "relu") -> mx.array:
-    """One pass: each output element computes its source pixel's epilogue, so neither the
-    unpadded map nor a copy of it is written."""
+    """One pass: each output pixel computes its source pixel's epilogue, a thread for up to 8
+    channels of it, so neither the unpadded map nor a copy of it is written."""
     arrays = [a for a in (x, bias, residual, skip) if a is not None]
     if mode == "constant" or min(pads) < 0 or x.dtype not in FLOATS or any(a.dtype != x.dtype for a in arrays):
         return definition.bias_act_pad2d(x, bias, residual, skip, pads=pads, mode=mode, activation=activation)
@@ -52,10 +52,11 @@ def bias_act_pad2d(x: mx.array, bias: mx.array, residual: mx.array | None = None
     n, h, w, c = x.shape
     oh, ow = h + top + bottom, w + left + right
     absent = int_params((0,))  # an input the template leaves unread
-    template = [("T", x.dtype), ("RELU", int(activation == "relu")), ("RESIDUAL", int(residual is not None)),
-                ("SKIP", int(skip is not None))]
+    per_thread = next(v for v in (8, 4, 2, 1) if c % v == 0)
+    template = [("T", x.dtype), ("V", per_thread), ("RELU", int(activation == "relu")),
+                ("RESIDUAL", int(residual is not None)), ("SKIP", int(skip is not None))]
     outs = launch_nhwc(BIAS_ACT_PAD, [x, bias, absent if residual is None else residual, absent if skip is None else skip],
-                       (n, h, w, c, oh, ow, top, left, KERNEL_MODES[mode]), template, (n, oh, ow, c),
+                       (n, h, w, c, oh, ow, top, left, KERNEL_MODES[mode]), template, (n, oh, ow, c // per_thread),
                        [(n, oh, ow, c)], [x.dtype])
     if outs is None:  # past the launch limits
         return definition.bias_act_pad2d(x, bias, residual, skip, pads=pads, mode=mode, activation=activation)
