@@ -63,3 +63,16 @@ def test_round_trip_and_bad_arguments():
                 fft.irfft2(fft.rfft2(x), s=s)
             with pytest.raises(MlxnetError, match=rf"a spectrum of 12×9 does not give an 12×{s[1]} map"):
                 fft.irfft2_planar(fft.rfft2_planar(x), s=s)
+
+
+@pytest.mark.parametrize("side", [8, 64, 100])
+def test_dense_dft_matrices_lay_out_rows_whole_multiples_of_16_bytes(side):
+    """Every GEMM operand's leading dimension is a multiple of 4 floats: the inverse along W,
+    (2W, 2K) with 2K = W + 2 columns, is kept as the transpose of a row-major (2K, 2W) array,
+    whose leading dimension is 2W (cuBLAS picks kernels several times slower for an odd one)."""
+    from mlxnet.ops.fft.definition import _matrices
+    for m in _matrices(side, side, "ortho"):
+        row, col = (s // 4 for s in memoryview(m).strides)
+        transposed = col > row
+        assert (row, col) == ((1, m.shape[0]) if transposed else (m.shape[1], 1))
+        assert (m.shape[0] if transposed else m.shape[1]) % 4 == 0, (m.shape, transposed)

@@ -74,7 +74,10 @@ def _matrices(h: int, w: int, norm: str) -> tuple[mx.array, mx.array, mx.array, 
     inv_h = np.stack([np.cos(hu), -np.sin(hu)], 2).reshape(h, 2 * h) * ih    # real part of e^{+iθ}·z
     # inv_w is kept transposed and used as a view: its rows of 2K floats (K odd for even W) would
     # give cuBLAS a leading dimension that is not a multiple of 4, and it picks slower kernels then
-    along_h, along_w, inv_w_t, inv_h = (mx.array(m.astype(np.float32)) for m in (along_h, along_w, inv_w.T, inv_h))
+    # (C order first: mx.array keeps a Fortran-ordered array's column-major strides, which
+    # would make inv_w_t.T row-major again)
+    along_h, along_w, inv_w_t, inv_h = (mx.array(np.ascontiguousarray(m, dtype=np.float32))
+                                        for m in (along_h, along_w, inv_w.T, inv_h))
     out = (along_h, along_w, inv_w_t.T, inv_h)
     mx.eval(out)  # materialised now, not inside the trace of a compiled forward
     return out
