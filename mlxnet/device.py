@@ -14,6 +14,7 @@ call (every op makes one), unless :func:`use_device` has chosen a device explici
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import ContextManager, Iterator, Literal
 
@@ -185,3 +186,11 @@ def trim_cache(keep_bytes: int) -> int:
         return 0
     mx.clear_cache()
     return cached
+
+
+def memory_first() -> bool:
+    """Whether this process runs MLX one kernel per command buffer (``mlxnet.tune_gpu(
+    low_memory=True)``, ``MLXNET_GPU_MEMORY=low``, or the user's own ``MLX_MAX_OPS_PER_BUFFER=1``):
+    it has chosen a lower peak over speed, so ops skip formulations that are faster only by
+    holding large temporaries."""
+    return os.environ.get("MLX_MAX_OPS_PER_BUFFER") == "1"

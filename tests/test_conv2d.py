@@ -257,6 +257,22 @@ def test_tap_gemm_rule_keeps_float16_and_caps_memory(monkeypatch):
     assert not conv_kernel._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
 
 
+def test_tap_gemm_rule_yields_to_a_process_that_chose_memory(monkeypatch):
+    """With one kernel per command buffer (tune_gpu(low_memory=True)) the taps' products, 49
+    times a 7×7 conv's output, are not made: cuDNN's conv holds no such buffer."""
+    from mlxnet.ops.conv import kernel as conv_kernel
+
+    monkeypatch.setattr(conv_kernel, "backend", lambda: "cuda")
+    x, w = mx.zeros((1, 20, 20, 64)), mx.zeros((3, 7, 7, 64))
+    monkeypatch.delenv("MLX_MAX_OPS_PER_BUFFER", raising=False)
+    assert conv_kernel._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+    monkeypatch.setenv("MLX_MAX_OPS_PER_BUFFER", "1")
+    assert mlxnet.device.memory_first()
+    assert not conv_kernel._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+    monkeypatch.setenv("MLX_MAX_OPS_PER_BUFFER", "40")
+    assert conv_kernel._taps_help(x, w, (1, 1), (0, 0), (1, 1), 1)
+
+
 @pytest.mark.gpu
 def test_few_output_convs_run_as_tap_gemms_on_cuda(gpu, monkeypatch):
     calls = _count_taps(monkeypatch)

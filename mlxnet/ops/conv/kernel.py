@@ -14,7 +14,7 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-from ...device import backend
+from ...device import backend, memory_first
 from ...dtypes import FLOAT_DTYPES
 from ..activations import silu
 from ..core.kernel_source import MLX_SMALL_POOL_BYTES, PortableKernel, launch_nhwc
@@ -108,7 +108,9 @@ def _strided_pairs_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pa
 # float32 convs to at most this many output channels from at least MIN_TAPS_CHANNELS run faster
 # on CUDA as one GEMM to every tap's product and the shifted products summed (cuDNN's implicit
 # GEMM wastes most of a tile on so few outputs); the taps' products are capped at
-# MAX_TAPS_BYTES (measured; docs/performance-notes.md).
+# MAX_TAPS_BYTES (measured; docs/performance-notes.md). A process that has chosen memory over
+# speed (mlxnet.device.memory_first) runs them as cuDNN does: the products are 49 times the
+# output for a 7×7 kernel (1.2 GiB for LaMa's head at batch 8), its forward's largest buffer.
 MAX_TAPS_OUT = 3
 MIN_TAPS_CHANNELS = 64
 MAX_TAPS_BYTES = 2 << 30
@@ -118,7 +120,7 @@ def _taps_help(x: mx.array, weight: mx.array, stride: Pair, padding: Pair, dilat
     c_out, kh, kw, c = weight.shape
     n, h, w, _ = x.shape
     taps_bytes = n * (h + 2 * padding[0]) * (w + 2 * padding[1]) * kh * kw * c_out * 4
-    return (backend() == "cuda" and x.dtype == weight.dtype == mx.float32 and groups == 1
+    return (backend() == "cuda" and not memory_first() and x.dtype == weight.dtype == mx.float32 and groups == 1
             and stride == (1, 1) and kh * kw > 1 and c_out <= MAX_TAPS_OUT and c >= MIN_TAPS_CHANNELS
             and taps_bytes <= MAX_TAPS_BYTES)
 
