@@ -314,33 +314,37 @@ def conv_transpose_case(draw: Any, nd: int) -> Case:
 # ---- padding and pooling ---------------------------------------------------------------------
 
 @st.composite
-def pad_case(draw: Any) -> Case:
+def pad_geometry(draw: Any) -> tuple:
+    """(dtype, NHWC shape, mode, pads) of a padding call, each pad within what its mode reaches."""
     dtype = draw(dtypes)
     n, h, w, c = draw(batch), draw(st.integers(1, 7)), draw(st.integers(1, 7)), draw(small)
     mode = draw(st.sampled_from(("reflect", "symmetric", "replicate")))
     reach = {"reflect": (h - 1, w - 1), "symmetric": (h, w), "replicate": (9, 9)}[mode]
-    pads = tuple(draw(st.integers(0, reach[i // 2])) for i in range(4))
-    x = draw(arrays((n, h, w, c), dtype))
-    if mode == "symmetric":
-        return Case((x,), {"pads": pads, "mode": mode}, None)
-    torch_pads = (pads[2], pads[3], pads[0], pads[1])
+    return dtype, (n, h, w, c), mode, tuple(draw(st.integers(0, reach[i // 2])) for i in range(4))
+
+
+def torch_pad(x: torch.Tensor, pads: tuple, mode: str) -> torch.Tensor:
+    """PyTorch's F.pad of an NHWC tensor by (top, bottom, left, right)."""
+    return nhwc(F.pad(nchw(x), (pads[2], pads[3], pads[0], pads[1]), mode=mode))
+
+
+@st.composite
+def pad_case(draw: Any) -> Case:
+    dtype, shape, mode, pads = draw(pad_geometry())
+    x = draw(arrays(shape, dtype))
     return Case((x,), {"pads": pads, "mode": mode},
-                lambda x: nhwc(F.pad(nchw(x), torch_pads, mode=mode)))
+                None if mode == "symmetric" else lambda x: torch_pad(x, pads, mode))
 
 
 @st.composite
 def bias_act_pad_case(draw: Any) -> Case:
     """A convolution's epilogue padded for the next one; every input may be a view (the GPU
     kernel reads each through its strides)."""
-    dtype = draw(dtypes)
-    n, h, w, c = draw(batch), draw(st.integers(1, 7)), draw(st.integers(1, 7)), draw(small)
-    mode = draw(st.sampled_from(("reflect", "symmetric", "replicate")))
-    reach = {"reflect": (h - 1, w - 1), "symmetric": (h, w), "replicate": (9, 9)}[mode]
-    pads = tuple(draw(st.integers(0, reach[i // 2])) for i in range(4))
-    x = draw(arrays((n, h, w, c), dtype))
-    bias = draw(arrays((c,), dtype))
-    residual = draw(arrays((n, h, w, c), dtype)) if draw(st.booleans()) else None
-    skip = draw(arrays((n, h, w, c), dtype)) if draw(st.booleans()) else None
+    dtype, shape, mode, pads = draw(pad_geometry())
+    x = draw(arrays(shape, dtype))
+    bias = draw(arrays(shape[-1:], dtype))
+    residual = draw(arrays(shape, dtype)) if draw(st.booleans()) else None
+    skip = draw(arrays(shape, dtype)) if draw(st.booleans()) else None
     activation = draw(st.sampled_from(("relu", None)))
     kwargs = {"pads": pads, "mode": mode, "activation": activation}
     # ReLU's gradient at NaN is a convention (PyTorch 0, MLX's maximum 1): forward only there
@@ -354,8 +358,7 @@ def bias_act_pad_case(draw: Any) -> Case:
         s = next(given) if skip is not None else None
         y = x + b if r is None else x + b + r
         y = F.relu(y) if activation == "relu" else y
-        y = y if s is None else y + s
-        return nhwc(F.pad(nchw(y), (pads[2], pads[3], pads[0], pads[1]), mode=mode))
+        return torch_pad(y if s is None else y + s, pads, mode)
     return Case((x, bias, residual, skip), kwargs, ref, grads=grads)
 
 
