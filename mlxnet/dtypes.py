@@ -9,6 +9,7 @@ import mlx.core as mx
 from .errors import MlxnetError
 
 FLOAT_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+FLOATS = tuple(FLOAT_DTYPES.values())  # the dtypes themselves: what a kernel's T may be
 DTypeLike = Union[mx.Dtype, str, None]
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ...dtypes import FLOAT_DTYPES
+from ...dtypes import FLOATS
 from ..core.kernel_source import PortableKernel, int_params
 from . import definition
 
 BIAS_ACT = PortableKernel("bias_act.kern", "bias_act", ["x", "bias", "p"], ["out"])
 BIAS_ACT_RESIDUAL = PortableKernel("bias_act.kern", "bias_act_residual", ["x", "bias", "residual", "p"], ["out"])
-FLOATS = tuple(FLOAT_DTYPES.values())
 GROUP = 256
 
 

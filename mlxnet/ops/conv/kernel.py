@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from ...device import backend, memory_first
-from ...dtypes import FLOAT_DTYPES
+from ...dtypes import FLOATS
 from ..activations import silu
 from ..core.kernel_source import MLX_SMALL_POOL_BYTES, PortableKernel, launch_nhwc
 from ..core.registry import REGISTRY
@@ -165,7 +165,6 @@ def column_pair_conv3x3_s2(x: mx.array, weight: mx.array) -> mx.array:
 
 # ---- depthwise convolution ---------------------------------------------------------------
 
-FLOATS = tuple(FLOAT_DTYPES.values())
 
 
 # Output columns per thread, by stride: each input row a thread reads serves that many outputs

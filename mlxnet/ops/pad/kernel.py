@@ -7,7 +7,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from ...dtypes import FLOAT_DTYPES
+from ...dtypes import FLOATS
 from ..core.kernel_source import PortableKernel, as_words, int_params, launch_nhwc
 from . import definition
 from .definition import Pads, _check, _kept
@@ -18,7 +18,6 @@ KERNEL_MODES = {"reflect": 0, "symmetric": 1, "replicate": 2}
 PAD = PortableKernel("pad.kern", "pad2d", ["x", "p"], ["out"])
 BIAS_ACT_PAD = PortableKernel("pad.kern", "bias_act_pad2d", ["x", "bias", "residual", "skip", "p"], ["out"],
                               row_contiguous=False)
-FLOATS = tuple(FLOAT_DTYPES.values())
 
 
 def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = None) -> mx.array:
@@ -46,18 +45,19 @@ def bias_act_pad2d(x: mx.array, bias: mx.array, residual: mx.array | None = None
     """One pass: each output pixel computes its source pixel's epilogue, a thread for up to 8
     channels of it, so neither the unpadded map nor a copy of it is written."""
     arrays = [a for a in (x, bias, residual, skip) if a is not None]
-    if mode == "constant" or min(pads) < 0 or x.dtype not in FLOATS or any(a.dtype != x.dtype for a in arrays):
-        return definition.bias_act_pad2d(x, bias, residual, skip, pads=pads, mode=mode, activation=activation)
-    top, bottom, left, right = pads
-    n, h, w, c = x.shape
-    oh, ow = h + top + bottom, w + left + right
-    absent = int_params((0,))  # an input the template leaves unread
-    per_thread = next(v for v in (8, 4, 2, 1) if c % v == 0)
-    template = [("T", x.dtype), ("V", per_thread), ("RELU", int(activation == "relu")),
-                ("RESIDUAL", int(residual is not None)), ("SKIP", int(skip is not None))]
-    outs = launch_nhwc(BIAS_ACT_PAD, [x, bias, absent if residual is None else residual, absent if skip is None else skip],
-                       (n, h, w, c, oh, ow, top, left, KERNEL_MODES[mode]), template, (n, oh, ow, c // per_thread),
-                       [(n, oh, ow, c)], [x.dtype])
-    if outs is None:  # past the launch limits
-        return definition.bias_act_pad2d(x, bias, residual, skip, pads=pads, mode=mode, activation=activation)
-    return outs[0]
+    if mode != "constant" and min(pads) >= 0 and x.dtype in FLOATS and all(a.dtype == x.dtype for a in arrays):
+        top, bottom, left, right = pads
+        n, h, w, c = x.shape
+        oh, ow = h + top + bottom, w + left + right
+        absent = int_params((0,))  # an input the template leaves unread
+        per_thread = next(v for v in (8, 4, 2, 1) if c % v == 0)
+        template = [("T", x.dtype), ("V", per_thread), ("RELU", int(activation == "relu")),
+                    ("RESIDUAL", int(residual is not None)), ("SKIP", int(skip is not None))]
+        outs = launch_nhwc(BIAS_ACT_PAD, [x, bias, absent if residual is None else residual,
+                                          absent if skip is None else skip],
+                           (n, h, w, c, oh, ow, top, left, KERNEL_MODES[mode]), template,
+                           (n, oh, ow, c // per_thread), [(n, oh, ow, c)], [x.dtype])
+        if outs is not None:
+            return outs[0]
+    # a crop, 'constant', mixed dtypes, or past the launch limits: the definition
+    return definition.bias_act_pad2d(x, bias, residual, skip, pads=pads, mode=mode, activation=activation)
