@@ -47,7 +47,13 @@ def tune_cpu() -> None:
     _malloc.configure()
 
 
-def tune_gpu(low_memory: bool = False) -> None:
+# The memory settings by name (the command's MLXNET_GPU_MEMORY, the benchmarks' options) and the
+# tune_gpu arguments each stands for.
+GPU_MEMORY_SETTINGS: dict[str, dict] = {"default": {}, "low": {"low_memory": True},
+                                        "min": {"low_memory": True, "memory_limit": 0}}
+
+
+def tune_gpu(low_memory: bool = False, memory_limit: int | None = None) -> None:
     """Opt in to process-wide GPU tuning, before the process's first GPU work: MLX's CUDA
     back end then launches kernels directly instead of recording CUDA graphs, which is faster
     for these models (see :mod:`mlxnet._cuda_graphs`). It sets ``MLX_USE_CUDA_GRAPHS=0`` in
@@ -60,12 +66,25 @@ def tune_gpu(low_memory: bool = False) -> None:
     run each kernel in a command buffer of its own (``MLX_MAX_OPS_PER_BUFFER=1`` unless the
     user set it), so a forward's intermediates are freed as soon as they are read rather than
     when a batch of a hundred kernels completes: a lower peak, for more host time per kernel
-    (docs/performance-notes.md, "Peak memory on CUDA")."""
+    (docs/performance-notes.md, "Peak memory on CUDA").
+
+    ``memory_limit`` (bytes; every back end, CPU included) sets MLX's memory limit: while more
+    than that is in use, MLX waits for the kernels it has queued to finish before it queues the
+    next, and a queued kernel is what keeps its inputs alive after their last reader. ``0`` (the
+    command: ``MLXNET_GPU_MEMORY=min``, which sets low memory too) waits after every kernel: the
+    smallest peak a forward can have, and the same from run to run, for host time per kernel and
+    no reuse of MLX's buffer cache. None leaves MLX's limit as it is."""
     _cuda_graphs.configure(low_memory)
+    if memory_limit is not None:
+        if memory_limit < 0:
+            raise MlxnetError(f"tune_gpu: memory_limit must be a number of bytes >= 0, got {memory_limit}")
+        import mlx.core as mx
+
+        mx.set_memory_limit(int(memory_limit))
 
 
 __all__ = [
-    "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled", "current_device",
+    "GPU_MEMORY_SETTINGS", "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled", "current_device",
     "cuda_graphs_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu",
     "tune_gpu", "use_compile",
     "use_device", "use_kernels", "__version__",

@@ -56,8 +56,10 @@ SWITCHES: dict[str, Switch] = {
     "MLXNET_COMPILE": Switch("compile setting", _spellings(auto=("auto",), on=ON, off=OFF), "auto"),
     "MLXNET_NATIVE": Switch("CPU primitives setting", _spellings(on=ON, off=OFF), "on"),
     "MLXNET_MALLOC": Switch("allocator setting", _spellings(tuned=("tuned",), system=("system",)), "tuned"),
-    # low: the command asks MLX's CUDA back end for one kernel per command buffer (mlxnet.tune_gpu).
-    "MLXNET_GPU_MEMORY": Switch("GPU memory setting", _spellings(default=("default",), low=("low",)), "default"),
+    # low: the command asks MLX's CUDA back end for one kernel per command buffer; min: that and
+    # MLX waiting for each kernel before it queues the next (mlxnet.tune_gpu).
+    "MLXNET_GPU_MEMORY": Switch("GPU memory setting",
+                                _spellings(default=("default",), low=("low",), min=("min",)), "default"),
     # on: the image commands end with one stderr line of where their time went (pipeline stages).
     "MLXNET_TIMINGS": Switch("timings setting", _spellings(on=ON, off=OFF), "off"),
 }

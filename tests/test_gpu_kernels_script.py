@@ -38,7 +38,7 @@ def test_rows_and_sides_planned():
     args = gkm.parse_args(["--rows", "yolov8m:8:float16", "resnet50:1:float32"])
     assert gkm.planned_rows(args) == ["yolov8m:8:float16", "resnet50:1:float32"]
     # reduce-overhead is timed at batch 1 only, where the host's launches bound the forward
-    assert gkm.planned_sides(args, "yolov8m:8:float16") == ["mlxnet", "mlxnet-low", "eager", "compile"]
+    assert gkm.planned_sides(args, "yolov8m:8:float16") == ["mlxnet", "mlxnet-low", "mlxnet-min", "eager", "compile"]
     assert gkm.planned_sides(args, "resnet50:1:float32") == list(gkm.SIDES)
     with pytest.raises(SystemExit):
         gkm.planned_rows(gkm.parse_args(["--rows", "resnet50-1-float16"]))
@@ -59,7 +59,7 @@ def test_without_cuda_one_line_and_exit_2():
 
 def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     out = tmp_path / "report.json"
-    result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,mlxnet-low,eager,compile",
+    result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,mlxnet-low,mlxnet-min,eager,compile",
                   "--compile-backend", "eager", "--reps", "2", "--warmup", "1", "--fail-side", "eager",
                   "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -68,9 +68,12 @@ def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     (row,) = report["rows"]
     assert row["row"] == "resnet18:1:float32"
     sides = {s["side"]: s for s in row["sides"]}
-    assert list(sides) == ["mlxnet", "mlxnet-low", "eager", "compile"]
+    assert list(sides) == ["mlxnet", "mlxnet-low", "mlxnet-min", "eager", "compile"]
     mlx, low, eager, compiled = sides["mlxnet"], sides["mlxnet-low"], sides["eager"], sides["compile"]
     assert low["weights_bytes"] == mlx["weights_bytes"] and low["peak_bytes"] > low["resident_bytes"]
+    # waiting for each kernel: nothing queued holds a dead intermediate (MLX's CPU queue too)
+    least = sides["mlxnet-min"]
+    assert least["resident_bytes"] < least["peak_bytes"] < mlx["peak_bytes"], (least, mlx)
     # MLX's peak of one forward holds the resident weights (ResNet-18: 45 MB in float32) once
     assert 40 * 2**20 < mlx["weights_bytes"] < 50 * 2**20
     assert mlx["weights_bytes"] <= mlx["resident_bytes"] < mlx["peak_bytes"] < 3 * mlx["resident_bytes"]

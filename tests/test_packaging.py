@@ -216,23 +216,43 @@ def test_low_memory_asks_cuda_builds_for_one_kernel_per_command_buffer(monkeypat
     assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "8"
 
 
-@pytest.mark.parametrize("setting, expected", [("low", "1"), ("default", None), ("", None)])
-def test_the_command_asks_for_low_gpu_memory_when_told(setting, expected):
+@pytest.mark.parametrize("setting, expected, waits", [("low", "1", False), ("min", "1", True),
+                                                     ("default", None, False), ("", None, False)])
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_command_asks_for_low_gpu_memory_when_told(setting, expected, waits, device):
+    """MLXNET_GPU_MEMORY on a GPU run: low is one kernel per command buffer on CUDA builds; min
+    is that and MLX's memory limit at 0 (MLX waits for each kernel) on every GPU back end. A CPU
+    run keeps MLX's defaults."""
     import mlx.core as mx
 
-    code = ("import os; from typer.testing import CliRunner; from mlxnet.cli import app; "
-            "r = CliRunner().invoke(app, ['ops']); print(r.exit_code, os.environ.get('MLX_MAX_OPS_PER_BUFFER'))")
+    if device == "gpu" and not mx.is_available(mx.gpu):
+        pytest.skip("no GPU in this MLX build")
+    code = ("import os, mlx.core as mx; from typer.testing import CliRunner; from mlxnet.cli import app; "
+            f"r = CliRunner().invoke(app, ['--device', '{device}', 'ops']); "
+            "print(r.exit_code, os.environ.get('MLX_MAX_OPS_PER_BUFFER'), mx.get_memory_limit() == 0)")
     env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
     env["MLXNET_GPU_MEMORY"] = setting
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    got = expected if mx.cuda.is_available() else None  # a setting of MLX's CUDA back end only
-    assert out.stdout.split()[-2:] == ["0", str(got)], out.stdout[-500:]
+    on_gpu = device == "gpu"
+    got = expected if on_gpu and mx.cuda.is_available() else None  # a setting of MLX's CUDA back end only
+    assert out.stdout.split()[-3:] == ["0", str(got), str(waits and on_gpu)], out.stdout[-500:]
+
+
+def test_tune_gpu_sets_mlxs_memory_limit_only_when_asked():
+    code = ("import mlx.core as mx, mlxnet; before = mx.get_memory_limit(); mlxnet.tune_gpu(low_memory=True); "
+            "same = mx.get_memory_limit() == before; mlxnet.tune_gpu(memory_limit=123 << 20); "
+            "print(same, mx.get_memory_limit() == 123 << 20)\n"
+            "try:\n    mlxnet.tune_gpu(memory_limit=-1)\nexcept mlxnet.MlxnetError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "True True", out.stdout
+    assert lines[1] == "tune_gpu: memory_limit must be a number of bytes >= 0, got -1", out.stdout
 
 
 # The plain-MLX chain of scripts/bench/mlx_conv_memory.py, in a process tuned by mlxnet first.
 _CHAIN_PEAK = """
 import importlib.util, sys, mlxnet
-mlxnet.tune_gpu(low_memory=sys.argv[1] == "low")
+mlxnet.tune_gpu(**mlxnet.GPU_MEMORY_SETTINGS[sys.argv[1]])
 spec = importlib.util.spec_from_file_location("mlx_conv_memory", sys.argv[2])
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)
@@ -246,7 +266,9 @@ def test_low_memory_frees_a_chains_intermediates_as_they_die():
     until its command buffer (100 kernels) completes; with low memory, set in the process
     before its first GPU work, a map is freed once the kernel reading it has run, so only the
     maps of kernels in flight are alive (a few on an idle GPU, more on a busy one: measured 22
-    of 32 beside a parallel test run)."""
+    of 32 beside a parallel test run). With min memory MLX waits for each kernel before it
+    queues the next, so none is in flight with a dead input: the map read, the map written
+    and the convolution's workspace, however busy the GPU."""
     import mlx.core as mx
 
     if not mx.cuda.is_available():
@@ -255,5 +277,6 @@ def test_low_memory_frees_a_chains_intermediates_as_they_die():
     script = str(ROOT / "scripts" / "bench" / "mlx_conv_memory.py")
     maps = {s: float(subprocess.run([sys.executable, "-c", _CHAIN_PEAK, s, script], capture_output=True,
                                     text=True, check=True, env=env, timeout=120).stdout.split()[-1])
-            for s in ("default", "low")}
+            for s in ("default", "low", "min")}
     assert maps["default"] >= 56 and maps["low"] <= maps["default"] / 2, maps
+    assert maps["min"] <= 4 and maps["min"] <= maps["low"], maps

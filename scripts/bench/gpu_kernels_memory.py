@@ -12,6 +12,8 @@ A row is ``model:batch:dtype`` (a ``mlxnet bench`` id). The sides:
   runs);
 - ``mlxnet-low``: the same after ``mlxnet.tune_gpu(low_memory=True)`` (the command's
   ``MLXNET_GPU_MEMORY=low``: one kernel per MLX command buffer on CUDA);
+- ``mlxnet-min``: after ``mlxnet.tune_gpu(low_memory=True, memory_limit=0)`` (the command's
+  ``MLXNET_GPU_MEMORY=min``: MLX also waits for each kernel before it queues the next);
 - ``eager``: the workload's PyTorch reference (torchvision, ultralytics, MobileSAM or the
   plain-torch twins), eager;
 - ``compile``: the same module under ``torch.compile`` (default mode);
@@ -50,9 +52,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-SIDES = ("mlxnet", "mlxnet-low", "eager", "compile", "compile-ro")
-MLX_SIDES = SIDES[:2]
-TORCH_SIDES = SIDES[2:]
+SIDES = ("mlxnet", "mlxnet-low", "mlxnet-min", "eager", "compile", "compile-ro")
+MLX_SIDES = SIDES[:3]
+TORCH_SIDES = SIDES[3:]
 QUICK = ("resnet50:1:float16", "yolov8n:1:float16", "sam-tiny-encoder:1:float16")
 FULL_MODELS = ("resnet50", "yolov8n", "yolov8m", "sam-tiny-encoder", "lama-512")
 NO_CUDA = "n/a (no CUDA)"
@@ -200,10 +202,10 @@ def measure_side(args: argparse.Namespace) -> dict:
     import mlxnet
     from mlxnet.benchmark import measure
 
-    if not dry:
-        # direct launches, as the mlxnet command runs (before any GPU work); one kernel per
-        # command buffer for the low-memory side
-        mlxnet.tune_gpu(low_memory=side == "mlxnet-low")
+    # direct launches, as the mlxnet command runs (before any GPU work); one kernel per command
+    # buffer for the low-memory sides, and MLX waiting for each kernel for "min" (on the CPU of
+    # a dry run too: MLX's memory limit holds on every device)
+    mlxnet.tune_gpu(**mlxnet.GPU_MEMORY_SETTINGS[side.partition("-")[2] or "default"])
     # MLX runs on the GPU only for its own side: a PyTorch side builds the MLX model too (the
     # workload builds both), which on the CPU costs that process no GPU memory or launches.
     mlxnet.use_device("gpu" if side in MLX_SIDES and not dry else "cpu")
@@ -348,7 +350,7 @@ def table(report: dict) -> str:
     dry = report["dry_run"]
     head = ["row", "GPU kernel ms per forward: mlxnet / eager / compile",
             "kernels per forward: mlxnet / eager / compile",
-            "peak MB: mlxnet / mlxnet low-memory / eager / compile",
+            "peak MB: mlxnet / mlxnet low-memory / mlxnet min-memory / eager / compile",
             "wall ms: mlxnet / compile (reduce-overhead)", "weights MB (in the peak): mlxnet / PyTorch"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     three = ("mlxnet", "eager", "compile")
@@ -360,7 +362,7 @@ def table(report: dict) -> str:
         cells = [row_label(row["row"]),
                  " / ".join(cell(s, x, "kernel_ms", ".2f", dry, told) for x in three),
                  " / ".join(cell(s, x, "kernels", ".0f", dry, told) for x in three),
-                 " / ".join(cell(s, x, "peak_mb", ".0f", dry, told) for x in ("mlxnet", "mlxnet-low", *three[1:])),
+                 " / ".join(cell(s, x, "peak_mb", ".0f", dry, told) for x in ("mlxnet", "mlxnet-low", "mlxnet-min", *three[1:])),
                  " / ".join(cell(s, x, "wall_ms", ".2f", dry, told) for x in ("mlxnet", "compile-ro")),
                  " / ".join(cell(s, x, "weights_mb", ".0f", dry, told) for x in ("mlxnet", torch_side))]
         lines.append("| " + " | ".join(cells) + " |")

@@ -1,7 +1,7 @@
 """Peak memory where users feel it: big-lama on a large image, segment-everything on a 12 MP photo.
 
     python scripts/bench/memory_paths.py [lama] [amg] [--device cpu|gpu] [--lama-size 2048 ...]
-            [--amg-size 3000x4000] [--dtype float32] [--repeat N]
+            [--amg-size 3000x4000] [--dtype float32] [--repeat N] [--gpu-memory default|low|min]
 
 Each measurement runs in a fresh process (so peaks do not mix) and prints one JSON line:
 MLX's peak allocation (``mx.get_peak_memory``, reset just before the measured call) and the
@@ -146,11 +146,16 @@ def main() -> None:
                     "mask is upscaled, the most upscaling work)")
     ap.add_argument("--stability-thresh", type=float, default=0.95, help="amg: as mlxnet segment's")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes of each")
+    ap.add_argument("--gpu-memory", default="default", choices=["default", "low", "min"],
+                    help="as the command's MLXNET_GPU_MEMORY (mlxnet.tune_gpu; min holds on the CPU too)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child process: "lama:SIDE" or "amg:WxH"
     a = ap.parse_args()
     if set(a.paths) - {"lama", "amg"}:
         ap.error(f"paths: lama and/or amg, got {a.paths}")
     if a.one:
+        import mlxnet
+
+        mlxnet.tune_gpu(**mlxnet.GPU_MEMORY_SETTINGS[a.gpu_memory])  # before any MLX work, as the command
         what, arg = a.one.split(":")
         if what == "lama":
             report = measure_lama(int(arg), a.dtype, a.device)
@@ -158,7 +163,7 @@ def main() -> None:
             w, h = (int(v) for v in arg.split("x"))
             report = measure_amg((w, h), a.dtype, a.device, a.sam_weights, a.points_per_side,
                                  a.pred_iou_thresh, a.stability_thresh)
-        print(json.dumps(report))
+        print(json.dumps({**report, "gpu_memory": a.gpu_memory}))
         return
     runs = [f"lama:{s}" for s in a.lama_size] if "lama" in a.paths or not a.paths else []
     runs += [f"amg:{a.amg_size}"] if "amg" in a.paths or not a.paths else []
@@ -167,7 +172,7 @@ def main() -> None:
             out = subprocess.run([sys.executable, __file__, "--one", run, "--dtype", a.dtype, "--device", a.device,
                                   "--sam-weights", a.sam_weights, "--points-per-side", str(a.points_per_side),
                                   "--pred-iou-thresh", str(a.pred_iou_thresh),
-                                  "--stability-thresh", str(a.stability_thresh)],
+                                  "--stability-thresh", str(a.stability_thresh), "--gpu-memory", a.gpu_memory],
                                  capture_output=True, text=True)
             line = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
             print(line[0] if line else json.dumps({"run": run, "error": out.stderr.strip()[-800:]}), flush=True)

@@ -2,6 +2,7 @@
 output, and the peak of a chain of convolutions whose every intermediate dies at once.
 
     python scripts/bench/mlx_conv_memory.py [--device gpu] [--dtype float16] [--ops-per-buffer 1 10 ...]
+    python scripts/bench/mlx_conv_memory.py --in-flight 4
 
 No mlxnet code runs: each side is the library's own conv (``mx.conv2d`` on NHWC, ``F.conv2d``
 on NCHW, cuDNN behind both on CUDA). For every shape, in a fresh process per side, the weights
@@ -15,6 +16,15 @@ only by the next conv, evaluated once at the end. PyTorch frees each intermediat
 next conv has run, so its peak stays near two maps; the printed figure is the peak beyond the
 input and the weights, in maps. With ``--ops-per-buffer`` the MLX side also runs with
 ``MLX_MAX_OPS_PER_BUFFER`` set to each value (MLX reads it once per process).
+
+In flight (``--in-flight N``): with one kernel per command buffer, a queued command buffer
+still holds its kernel's inputs until it completes, and MLX queues up to 10 before it waits
+(``MAX_ACTIVE_TASKS`` in mlx/transforms.cpp) unless more than its memory limit is in use. How
+many dead maps are held therefore depends on how far the host runs ahead of the GPU, which
+changes from process to process and call to call. N fresh processes each run a chain of 32
+convolutions of a (8, 160, 160, 64) map three times under ``MLX_MAX_OPS_PER_BUFFER=1``, with
+MLX's memory limit as it is and at 0 (MLX then waits for each kernel before it queues the
+next), and print each call's peak beyond the input and weights, in maps, and the median wall ms.
 """
 from __future__ import annotations
 
@@ -80,6 +90,47 @@ def mlx_chain(k: int, dtype: str, device: str) -> float:
     return (mx.get_peak_memory() - base) / x.nbytes
 
 
+IN_FLIGHT_MAP, IN_FLIGHT_LENGTH = (8, 160, 160, 64), 32
+
+
+def mlx_in_flight(wait: bool, dtype: str, device: str) -> dict:
+    import statistics
+    import time
+
+    import mlx.core as mx
+
+    mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+    dt = getattr(mx, dtype)
+    c = IN_FLIGHT_MAP[-1]
+    x = mx.random.normal(IN_FLIGHT_MAP).astype(dt)
+    ws = [(mx.random.normal((c, 3, 3, c)) * 0.05).astype(dt) for _ in range(IN_FLIGHT_LENGTH)]
+    mx.eval(x, ws)
+
+    def run():
+        y = x
+        for w in ws:
+            y = mx.conv2d(y, w, padding=1)
+        mx.eval(y)
+        mx.synchronize()
+    for _ in range(3):
+        run()
+    mx.clear_cache()
+    base = mx.get_active_memory()
+    if wait:
+        mx.set_memory_limit(0)
+    peaks = []
+    for _ in range(3):
+        mx.reset_peak_memory()
+        run()
+        peaks.append(round((mx.get_peak_memory() - base) / x.nbytes, 2))
+    times = []
+    for _ in range(15):
+        t = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t) * 1e3)
+    return {"peak_maps_per_call": peaks, "wall_ms": round(statistics.median(times), 2)}
+
+
 def torch_chain(k: int, dtype: str, device: str) -> float:
     import torch
     import torch.nn.functional as F
@@ -133,11 +184,15 @@ def main() -> None:
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--ops-per-buffer", nargs="*", type=int, default=[],
                     help="also run the MLX chain with MLX_MAX_OPS_PER_BUFFER set to each of these")
+    ap.add_argument("--in-flight", type=int, default=0, metavar="N",
+                    help="only the in-flight chain, in N fresh processes per memory limit")
     ap.add_argument("--side", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.side:
         side, index = a.side[0], int(a.side[1])
-        if side.endswith("chain"):
+        if side == "mlx-in-flight":
+            print(json.dumps(mlx_in_flight(bool(index), a.dtype, a.device)))
+        elif side.endswith("chain"):
             fn = mlx_chain if side == "mlx-chain" else torch_chain
             print(json.dumps(round(fn(index, a.dtype, a.device), 2)))
         else:
@@ -153,6 +208,17 @@ def main() -> None:
         return json.loads(lines[-1]) if run.returncode == 0 and lines else \
             (run.stderr.strip().splitlines() or ["failed"])[-1][:120]
 
+    def as_dict(result) -> dict:
+        return result if isinstance(result, dict) else {"error": result}
+
+    if a.in_flight:
+        for wait in (0, 1):
+            for _ in range(a.in_flight):
+                print(json.dumps({"in-flight chain": IN_FLIGHT_LENGTH, "map": IN_FLIGHT_MAP, "dtype": a.dtype,
+                                  "MLX_MAX_OPS_PER_BUFFER": 1, "memory_limit": 0 if wait else "MLX's",
+                                  **as_dict(child("mlx-in-flight", wait, {"MLX_MAX_OPS_PER_BUFFER": "1"}))}),
+                      flush=True)
+        return
     for k in CHAIN_LENGTHS:
         row = {"chain of convs": k, "map": CHAIN, "dtype": a.dtype, "mlx_peak_maps": child("mlx-chain", k),
                "torch_peak_maps": child("torch-chain", k)}
