@@ -366,10 +366,12 @@ class LaMa(nn.Module):
         encoder, the resnet blocks a few at a time, the upsampling decoder. ``large``: also a
         stage boundary around each layer at full resolution and the first at half resolution
         (stem, first downsampling conv; last transposed conv, its BatchNorm + ReLU, the final
-        padding), so that a stage's freed buffers are not counted with the next one's; the
-        same layers compute the same values, in more stages."""
+        padding), and one resnet block a stage (a GPU command buffer holds what its kernels read
+        until it completes: three blocks' maps at 2048²), so that a stage's freed buffers are
+        not counted with the next one's; the same layers compute the same values, in more stages."""
         end = next(i for i, m in enumerate(self.model) if isinstance(m, ConcatTuple))
-        bounds = {0, *range(end - self.n_blocks, end, BLOCKS_PER_STAGE), end, len(self.model)}
+        per_stage = 1 if large else BLOCKS_PER_STAGE
+        bounds = {0, *range(end - self.n_blocks, end, per_stage), end, len(self.model)}
         if large:
             last = next(i for i in reversed(range(len(self.model))) if isinstance(self.model[i], ConvTranspose2d))
             bounds |= {2, 3, last, last + 1, last + 3, last + 4}  # pad+stem | conv | ... | convT | BN+ReLU | pad | conv

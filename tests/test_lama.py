@@ -260,6 +260,9 @@ def test_large_image_stages_give_the_same_result(monkeypatch, name):
     x = mx.array(nhwc(g["input_nchw"]))
     normal = np.array(net(x))
     assert net._stages(True) != net._stages() and net._stages(True)[0] == (0, 2)
+    # one resnet block a stage (the small test nets have a few)
+    blocks = [b for b in net._stages(True) if b[1] - b[0] == 1 and isinstance(net.model[b[0]], lama.FFCResnetBlock)]
+    assert len(blocks) == net.n_blocks
     stages, original = [], lama.LaMa._stages
     monkeypatch.setattr(lama, "LARGE_STAGE_BYTES", 0)  # this 64² input counts as large
     monkeypatch.setattr(lama.LaMa, "_stages", lambda self, large=False: stages.append(large) or original(self, large))
