@@ -218,7 +218,7 @@ def test_low_memory_asks_cuda_builds_for_one_kernel_per_command_buffer(monkeypat
 
 @pytest.mark.parametrize("setting, expected, waits", [("low", "1", False), ("min", "1", True),
                                                      ("default", None, False), ("", None, False)])
-@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_the_command_asks_for_low_gpu_memory_when_told(setting, expected, waits, device):
     """MLXNET_GPU_MEMORY on a GPU run: low is one kernel per command buffer on CUDA builds; min
     is that and MLX's memory limit at 0 (MLX waits for each kernel) on every GPU back end. A CPU
