@@ -65,13 +65,16 @@ CHAIN = (1, 160, 160, 64)
 CHAIN_LENGTHS = [1, 4, 16, 64]
 
 
-def mlx_chain(k: int, dtype: str, device: str) -> float:
+def _mlx_chain_run(shape: tuple, k: int, dtype: str, device: str):
+    """The map ``x`` and a call that runs K 3×3 convolutions of it, each reading the last, and
+    evaluates the end (on the device, the inputs evaluated first)."""
     import mlx.core as mx
 
     mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
     dt = getattr(mx, dtype)
-    x = mx.random.normal(CHAIN).astype(dt)
-    ws = [(mx.random.normal((64, 3, 3, 64)) * 0.05).astype(dt) for _ in range(k)]
+    c = shape[-1]
+    x = mx.random.normal(shape).astype(dt)
+    ws = [(mx.random.normal((c, 3, 3, c)) * 0.05).astype(dt) for _ in range(k)]
     mx.eval(x, ws)
 
     def run():
@@ -79,14 +82,19 @@ def mlx_chain(k: int, dtype: str, device: str) -> float:
         for w in ws:
             y = mx.conv2d(y, w, padding=1)
         mx.eval(y)
-        return y
+        mx.synchronize()
+    return x, run
+
+
+def mlx_chain(k: int, dtype: str, device: str) -> float:
+    import mlx.core as mx
+
+    x, run = _mlx_chain_run(CHAIN, k, dtype, device)
     run()  # warm-up
-    mx.synchronize()
     mx.clear_cache()
     mx.reset_peak_memory()
     base = mx.get_active_memory()
     run()
-    mx.synchronize()
     return (mx.get_peak_memory() - base) / x.nbytes
 
 
@@ -99,19 +107,7 @@ def mlx_in_flight(wait: bool, dtype: str, device: str) -> dict:
 
     import mlx.core as mx
 
-    mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
-    dt = getattr(mx, dtype)
-    c = IN_FLIGHT_MAP[-1]
-    x = mx.random.normal(IN_FLIGHT_MAP).astype(dt)
-    ws = [(mx.random.normal((c, 3, 3, c)) * 0.05).astype(dt) for _ in range(IN_FLIGHT_LENGTH)]
-    mx.eval(x, ws)
-
-    def run():
-        y = x
-        for w in ws:
-            y = mx.conv2d(y, w, padding=1)
-        mx.eval(y)
-        mx.synchronize()
+    x, run = _mlx_chain_run(IN_FLIGHT_MAP, IN_FLIGHT_LENGTH, dtype, device)
     for _ in range(3):
         run()
     mx.clear_cache()
