@@ -84,8 +84,8 @@ def tune_gpu(low_memory: bool = False, memory_limit: int | None = None) -> None:
 
 
 __all__ = [
-    "GPU_MEMORY_SETTINGS", "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled", "current_device",
-    "cuda_graphs_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu",
+    "GPU_MEMORY_SETTINGS", "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled",
+    "current_device", "cuda_graphs_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu",
     "tune_gpu", "use_compile",
     "use_device", "use_kernels", "__version__",
 ]
