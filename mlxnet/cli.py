@@ -53,11 +53,8 @@ def main(
     env.raise_deferred()  # e.g. MLXNET_DEVICE=gpu where MLX has no GPU
     if env.switch("MLXNET_MALLOC") == "tuned":
         mlxnet.tune_cpu()  # this process only: the command owns it
-    # likewise; MLX_USE_CUDA_GRAPHS (and MLX_MAX_OPS_PER_BUFFER) set by the user win. The memory
-    # setting is the GPU's: MLX's memory limit (min) would hold for a CPU run too, where waiting
-    # for each op and giving up MLX's buffer cache cost far more than they save.
-    memory = env.switch("MLXNET_GPU_MEMORY") if mlxnet.current_device() == "gpu" else "default"
-    mlxnet.tune_gpu(**mlxnet.GPU_MEMORY_SETTINGS[memory])
+    # likewise (mlxnet.tune_gpu); MLX_USE_CUDA_GRAPHS (and MLX_MAX_OPS_PER_BUFFER) set by the user win
+    grammar.apply_gpu_memory()
 
 
 def _shorten(text: str, limit: int = 10) -> str:

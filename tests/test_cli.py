@@ -1,6 +1,7 @@
 """The CLI frame: info, ops, --help, one-line errors."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -16,8 +17,11 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_info_reports_backend_device_and_blas():
     out = run("info")
     assert out.returncode == 0, out.stderr
-    for field in ("MLX", "backend", "device", "BLAS (CPU)", "host memory"):
+    for field in ("MLX", "backend", "device", "BLAS (CPU)", "host memory", "memory limit (MLX)"):
         assert field in out.stdout
+    # the GPU memory setting leaves a CPU run's limit alone
+    least = run("info", "--device", "cpu", env={**os.environ, "MLXNET_GPU_MEMORY": "min"})
+    assert least.returncode == 0 and "waits for each kernel" not in least.stdout, least.stdout
 
 
 @pytest.mark.gpu
@@ -31,6 +35,11 @@ def test_info_says_how_the_gpu_launches_kernels(gpu):
     assert ("direct launches (MLX_USE_CUDA_GRAPHS=0)" in out.stdout) == (gpu == "cuda")
     kept = run("info", env={**env, "MLX_USE_CUDA_GRAPHS": "1"})
     assert ("CUDA graphs (MLX_USE_CUDA_GRAPHS=1)" in kept.stdout) == (gpu == "cuda")
+    least = run("info", env={**env, "MLXNET_GPU_MEMORY": "min"})
+    assert "0: MLX waits for each kernel" in least.stdout, least.stdout
+    for before_or_after in (["--device", "cpu", "info"], ["info", "--device", "cpu"]):
+        on_cpu = run(*before_or_after, env={**env, "MLXNET_GPU_MEMORY": "min"})
+        assert on_cpu.returncode == 0 and "waits for each kernel" not in on_cpu.stdout, on_cpu.stdout
 
 
 def test_ops_lists_every_registered_op():

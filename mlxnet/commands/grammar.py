@@ -90,6 +90,27 @@ def apply_device(name: Optional[str]) -> None:
         import mlxnet
 
         mlxnet.use_device(name)  # type: ignore[arg-type]
+        apply_gpu_memory()
+
+
+_mlx_memory_limit: list[int] = []  # MLX's own limit, from before the command first set one
+
+
+def apply_gpu_memory() -> None:
+    """The command's GPU tuning (:func:`mlxnet.tune_gpu`) with ``MLXNET_GPU_MEMORY`` for the
+    device the command runs on, called again when ``--device`` changes it. The memory setting
+    is the GPU's: MLX's memory limit (min) would hold for a CPU run too, where waiting for each
+    op and giving up MLX's buffer cache cost far more than they save, so a CPU run keeps MLX's
+    own limit."""
+    import mlx.core as mx
+
+    import mlxnet
+    from mlxnet import env
+
+    if not _mlx_memory_limit:
+        _mlx_memory_limit.append(mx.get_memory_limit())
+    setting = env.switch("MLXNET_GPU_MEMORY") if mlxnet.current_device() == "gpu" else "default"
+    mlxnet.tune_gpu(**{"memory_limit": _mlx_memory_limit[0], **mlxnet.GPU_MEMORY_SETTINGS[setting]})
 
 
 def check_dtype(name: str) -> str:

@@ -29,6 +29,9 @@ def info(device: Optional[str] = grammar.device()) -> None:
     table.add_row("custom kernels", "on" if mlxnet.kernels_enabled() else "off (MLXNET_KERNELS=0)")
     table.add_row("BLAS (CPU)", mlxnet.blas_info())
     table.add_row("malloc (CPU)", mlxnet.malloc_info())
+    limit = mx.get_memory_limit()
+    table.add_row("memory limit (MLX)", f"{limit / 2**30:.1f} GiB" if limit else
+                  "0: MLX waits for each kernel before queueing the next (MLXNET_GPU_MEMORY=min)")
     if mlxnet.backend() == "cuda":
         table.add_row("GPU dispatch", mlxnet.cuda_graphs_info())
     # On the CPU, build or load them now, so the row says what the ops will use.
