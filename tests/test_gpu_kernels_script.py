@@ -59,7 +59,7 @@ def test_without_cuda_one_line_and_exit_2():
 
 def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     out = tmp_path / "report.json"
-    result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,mlxnet-low,mlxnet-min,eager,compile",
+    result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,mlxnet-low,mlxnet-min,eager,compile,compile-ro",
                   "--compile-backend", "eager", "--reps", "2", "--warmup", "1", "--fail-side", "eager",
                   "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -68,7 +68,8 @@ def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     (row,) = report["rows"]
     assert row["row"] == "resnet18:1:float32"
     sides = {s["side"]: s for s in row["sides"]}
-    assert list(sides) == ["mlxnet", "mlxnet-low", "mlxnet-min", "eager", "compile"]
+    assert list(sides) == ["mlxnet", "mlxnet-low", "mlxnet-min", "eager", "compile", "compile-ro"]
+    assert sides["compile-ro"]["wall_ms"] > 0, sides["compile-ro"]
     mlx, low, eager, compiled = sides["mlxnet"], sides["mlxnet-low"], sides["eager"], sides["compile"]
     assert low["weights_bytes"] == mlx["weights_bytes"] and low["peak_bytes"] > low["resident_bytes"]
     # waiting for each kernel: nothing queued holds a dead intermediate (MLX's CPU queue too)
@@ -92,7 +93,7 @@ def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     failed = "failed: RuntimeError: deliberate failure of eager (--fail-side)"
     assert kernel_ms == f"n/a (no CUDA) / {failed} / n/a (no CUDA)"
     assert peak.split(" / ")[:2] == [f"{mlx['peak_bytes'] / 2**20:.0f}", f"{low['peak_bytes'] / 2**20:.0f}"]
-    assert wall == f"{mlx['wall_ms']:.2f} / –"  # compile-ro not asked for
+    assert wall == f"{mlx['wall_ms']:.2f} / {sides['compile-ro']['wall_ms']:.2f}"
     assert weights == "45 / 45"
     # progress lines, timestamped, for each side's process
     assert "resnet18:1:float32 compile: warm" in result.stderr

@@ -55,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 SIDES = ("mlxnet", "mlxnet-low", "mlxnet-min", "eager", "compile", "compile-ro")
 MLX_SIDES = SIDES[:3]
 TORCH_SIDES = SIDES[3:]
+GPU_MEMORY = {"mlxnet-low": "low", "mlxnet-min": "min"}  # the MLX sides' mlxnet.GPU_MEMORY_SETTINGS
 QUICK = ("resnet50:1:float16", "yolov8n:1:float16", "sam-tiny-encoder:1:float16")
 FULL_MODELS = ("resnet50", "yolov8n", "yolov8m", "sam-tiny-encoder", "lama-512")
 NO_CUDA = "n/a (no CUDA)"
@@ -205,7 +206,7 @@ def measure_side(args: argparse.Namespace) -> dict:
     # direct launches, as the mlxnet command runs (before any GPU work); one kernel per command
     # buffer for the low-memory sides, and MLX waiting for each kernel for "min" (on the CPU of
     # a dry run too: MLX's memory limit holds on every device)
-    mlxnet.tune_gpu(**mlxnet.GPU_MEMORY_SETTINGS[side.partition("-")[2] or "default"])
+    mlxnet.tune_gpu(**mlxnet.GPU_MEMORY_SETTINGS[GPU_MEMORY.get(side, "default")])
     # MLX runs on the GPU only for its own side: a PyTorch side builds the MLX model too (the
     # workload builds both), which on the CPU costs that process no GPU memory or launches.
     mlxnet.use_device("gpu" if side in MLX_SIDES and not dry else "cpu")
