@@ -200,6 +200,20 @@ class Detect(nn.Module):
             maps += [b, s]
         return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
 
+    def raw(self, feats: Sequence[mx.array]) -> mx.array:
+        """The undecoded outputs training reads: (N, A, 4·16 + nc), each anchor's box-bin logits
+        then its class logits, anchors in :meth:`__call__`'s order."""
+        rows = []
+        for x, box_branch, cls_branch in zip(feats, self.cv2, self.cv3):
+            b, s = x, x
+            for layer in box_branch:
+                b = layer(b)
+            for layer in cls_branch:
+                s = layer(s)
+            n, h, w, _ = b.shape
+            rows.append(mx.concatenate([b, s], axis=-1).reshape(n, h * w, -1))
+        return mx.concatenate(rows, axis=1)
+
 
 def _check_input(x: mx.array) -> None:
     if x.ndim != 4 or x.shape[-1] != 3 or x.shape[1] % 32 or x.shape[2] % 32:
@@ -253,6 +267,12 @@ class YOLOv8(nn.Module):
         """The neck's outputs at strides 8, 16, 32 (layers 15, 18, 21)."""
         _check_input(x)
         return self._neck(self._run(x, 0, P3_END))
+
+    def train_outputs(self, x: mx.array) -> mx.array:
+        """The head's raw outputs (N, A, 4·16 + nc) that the detection loss reads
+        (:func:`mlxnet.training.detection_loss.detection_loss`); uncompiled, so BatchNorm may run
+        in training mode and MLX differentiates it."""
+        return self.model[22].raw(self.features(x))
 
     def __call__(self, x: mx.array) -> mx.array:
         """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS.
