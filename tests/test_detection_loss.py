@@ -42,7 +42,8 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 def net64() -> YOLOv8:
     state = {k: mx.array(v) for k, v in seeded_torch_state("n", golden.SEED, 1.0, golden.HEAD_GAIN, nc=golden.NC).items()}
     net = load_into(YOLOv8("n", golden.NC), convert_state_dict(state, "yolov8n", config={"nc": golden.NC}))
-    net.update(tree_map(lambda p: p.astype(mx.float64), net.parameters()))
+    with mx.stream(mx.cpu):  # float64 lives on the CPU only
+        net.update(tree_map(lambda p: p.astype(mx.float64), net.parameters()))
     net.train()
     return net
 
@@ -59,10 +60,10 @@ def test_loss_and_its_gradient_on_the_reference_outputs(name, dtype, tol):
         d_raw = mx.grad(lambda r: detection_loss(r, t, HW, num_classes=golden.NC)[0])(raw)
         mx.eval(loss, parts, d_raw)
     want = GOLD[f"{name}.parts"]
-    for got, ref in zip(np.array(parts.astype(mx.float64)), want):
+    for got, ref in zip(np.array(parts).astype(np.float64), want):
         assert abs(got - ref) <= tol * max(abs(ref), 1e-12) or ref == got == 0, (name, parts, want)
     assert abs(loss.item() - GOLD[f"{name}.loss"][0]) <= tol * GOLD[f"{name}.loss"][0]
-    d = np.array(d_raw.astype(mx.float64))
+    d = np.array(d_raw).astype(np.float64)
     ref = GOLD[f"{name}.d_raw"]
     assert rel(d[..., :64], ref[..., :64]) <= 10 * tol  # box bins (the box and dfl terms)
     assert rel(d[..., 64:], ref[..., 64:]) <= 10 * tol  # class logits
@@ -79,7 +80,7 @@ def _network_gradients(net: YOLOv8, name: str, dtype) -> tuple[float, dict[str, 
     mx.eval(loss, grads)
     out = {}
     for key, g in tree_flatten(grads):
-        g = np.array(g.astype(mx.float64))
+        g = np.array(g).astype(np.float64)
         out[key] = g.transpose(0, 3, 1, 2) if g.ndim == 4 else g  # PyTorch's layout, as the golden
     return loss.item(), out
 
@@ -119,18 +120,41 @@ def test_every_parameter_gradient_equals_ultralytics_float64(net64, name):
     assert errors[worst] <= 1e-4, (worst, errors[worst])
 
 
-def test_float32_gradients_within_float32_rounding(net64):
-    """In float32 the loss stays within 1e-5 of the float64 reference. Gradients carry float32's
-    rounding through 200 layers: PyTorch's own float32 run is within 4e-5 of the reference; MLX's
-    convolutions and reductions round differently, up to 1e-3 on the stride-32 box branch."""
+def _float32_copy(net64: YOLOv8) -> YOLOv8:
     net = YOLOv8("n", golden.NC)
-    net.update(tree_map(lambda p: p.astype(mx.float32), net64.parameters()))
+    with mx.stream(mx.cpu):
+        net.update(tree_map(lambda p: p.astype(mx.float32), net64.parameters()))
     net.train()
-    loss, grads = _network_gradients(net, "mixed", mx.float32)
+    return net
+
+
+def test_float32_gradients_within_float32_rounding(net64):
+    """On the CPU in float32 the loss stays within 1e-5 of the float64 reference. Gradients carry
+    float32's rounding through 200 layers: PyTorch's own float32 run is within 4e-5 of the
+    reference; MLX's convolutions and reductions round differently, up to 1e-3 on the stride-32
+    box branch."""
+    with mx.stream(mx.cpu):
+        loss, grads = _network_gradients(_float32_copy(net64), "mixed", mx.float32)
     assert abs(loss - GOLD["mixed.loss"][0]) <= 1e-5 * GOLD["mixed.loss"][0]
     errors = _gradient_errors("mixed", grads)
     assert max(errors.values()) <= 2e-3, max(errors.items(), key=lambda kv: kv[1])
     assert np.median(list(errors.values())) <= 1e-4
+
+
+@pytest.mark.gpu
+def test_float32_on_the_gpu(net64):
+    """The whole training forward and backward on the GPU in float32: finite, and as close as
+    the GPU's arithmetic allows. On NVIDIA GPUs MLX runs float32 convolutions in TF32 (10-bit
+    mantissa products, as PyTorch's cuDNN convolutions by default): the head's outputs are then
+    within about 3e-3 of the reference, the loss within 1e-3 (measured on an H200: 7e-4), and the
+    gradients, sums over thousands of rounded products, typically within 3% (the worst tensor
+    27%: a BatchNorm scale's gradient, a small difference of large terms)."""
+    loss, grads = _network_gradients(_float32_copy(net64), "mixed", mx.float32)
+    assert np.isfinite(loss) and abs(loss - GOLD["mixed.loss"][0]) <= 2e-3 * GOLD["mixed.loss"][0]
+    errors = _gradient_errors("mixed", grads)
+    assert all(np.isfinite(list(errors.values())))
+    assert np.median(list(errors.values())) <= 0.06
+    assert max(errors.values()) <= 0.5
 
 
 def test_no_nan_at_any_size():

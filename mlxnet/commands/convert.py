@@ -1,4 +1,5 @@
-"""`mlxnet convert`: a PyTorch checkpoint into mlxnet safetensors."""
+"""`mlxnet convert`: a PyTorch checkpoint into mlxnet safetensors, or (OUTPUT ending in .pt) a
+YOLOv8 of mlxnet's back into an ultralytics checkpoint."""
 from __future__ import annotations
 
 from typing import Optional
@@ -12,9 +13,12 @@ from rich.console import Console
 def convert(
     src: str = typer.Argument(..., metavar="SOURCE", help="PyTorch checkpoint (.pt/.pth/.ckpt, read without running pickled code), "
                               "safetensors file, or a model id to fetch from the Hub."),
-    dst: str = typer.Argument(..., metavar="OUTPUT", help="Output .safetensors file (mlxnet layout)."),
-    model: str = typer.Option(..., "--model", "-m", metavar="ID",
-                              help="Weight spec id: the key table and layouts to apply (`mlxnet models`)."),
+    dst: str = typer.Argument(..., metavar="OUTPUT", help="Output .safetensors file (mlxnet layout); or a .pt: "
+                              "a YOLOv8 (say, train detect's best.safetensors) as an ultralytics checkpoint, "
+                              "where PyTorch and ultralytics are installed."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="ID",
+                                        help="Weight spec id: the key table and layouts to apply (`mlxnet models`); "
+                                             "required for a .safetensors OUTPUT."),
     dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
                               help="Dtype of the written floats: float32 (default, whatever the checkpoint "
                                    "stores), float16 or bfloat16. Every step runs in float32; the cast is last."),
@@ -28,8 +32,17 @@ def convert(
 ) -> None:
     """Convert a PyTorch checkpoint into mlxnet safetensors (SOURCE is never modified)."""
     grammar.apply_device(device)
+    from mlxnet.errors import MlxnetError
     from mlxnet.weights import convert_checkpoint, load_safetensors, read_labels
 
+    if dst.lower().endswith(".pt"):
+        from mlxnet.weights.ultralytics_export import write_ultralytics_checkpoint
+
+        out = write_ultralytics_checkpoint(src, dst, force=force)
+        Console().print(f"wrote {out} (ultralytics: YOLO({str(out)!r}))", soft_wrap=True)
+        return
+    if model is None:
+        raise MlxnetError("convert to .safetensors needs --model/-m: the weight spec id (`mlxnet models`)")
     names = read_labels(labels) if labels else None
     out = convert_checkpoint(src, dst, model, dtype=dtype, fold_bn=fold_bn, force=force, names=names)
     weights = load_safetensors(out)

@@ -1,5 +1,6 @@
 """`mlxnet train classify DATA_DIR`: fine-tune a ResNet on an ImageFolder tree; data-parallel
-unchanged under `mlx.launch -n N mlxnet train classify ...`."""
+unchanged under `mlx.launch -n N mlxnet train classify ...`. `mlxnet train detect DATA`: fine-tune
+a YOLOv8 on a YOLO-format data set at ultralytics' defaults."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,3 +57,50 @@ def classify(
                     warmup=warmup, size=size, val_split=val_split, val_dir=str(val) if val else None,
                     precision=dtype, batchnorm=batchnorm, seed=seed, resume=resume, force=force,
                     max_steps=max_steps))
+
+
+@train.command("detect")
+def detect(
+    data: Path = typer.Argument(..., metavar="DATA",
+                                help="A YOLO-format data set: its data.yaml (path, train, val, names) or a folder "
+                                     "holding one, as `val detect` reads it."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="ID",
+                                        help="yolov8n|s|m|l|x; default: the checkpoint's, else yolov8n."),
+    weights: Optional[str] = grammar.weights("the model's official weights; 'none': train from scratch"),
+    output: Path = grammar.output("Run folder: weights/best.safetensors and last.safetensors, results.csv and "
+                                  "results.png, state.safetensors (for --resume).", Path("runs/detect")),
+    epochs: int = typer.Option(100, "--epochs", min=1),
+    batch: int = grammar.batch(16, "Images per batch; gradients add up to the nominal batch 64."),
+    imgsz: int = typer.Option(640, "--imgsz", min=64, help="Training image side (a multiple of 32)."),
+    lr: float = typer.Option(0.01, "--lr", help="Initial learning rate (ultralytics' lr0; optimizer auto picks "
+                                                "its own)."),
+    lrf: float = typer.Option(0.01, "--lrf", help="Final learning rate, as a fraction of --lr."),
+    optimizer: str = typer.Option("auto", "--optimizer", metavar="auto|sgd|adamw",
+                                  help="auto: AdamW at a learning rate fitted to the class count for runs up to "
+                                       "10,000 iterations, else SGD (ultralytics' rule)."),
+    momentum: float = typer.Option(0.937, "--momentum", help="SGD momentum / AdamW beta1."),
+    weight_decay: float = typer.Option(5e-4, "--weight-decay"),
+    warmup_epochs: float = typer.Option(3.0, "--warmup-epochs", min=0),
+    close_mosaic: int = typer.Option(10, "--close-mosaic", min=0, help="Train the last N epochs without mosaic."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Data threads (decoding, augmentation)."),
+    val: bool = typer.Option(True, "--val/--no-val", help="Measure mAP on the val split after every epoch."),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
+                              help="float32, or bfloat16 compute with float32 master weights."),
+    seed: int = typer.Option(0, "--seed"),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in OUTPUT from its last finished epoch."),
+    force: bool = grammar.force("Replace a run already in OUTPUT (without it, an existing run is refused)."),
+    device: Optional[str] = grammar.device(),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1,
+                                            help="Stop after this many batches in all (a smoke run)."),
+) -> None:
+    """Fine-tune a YOLOv8 detector on your own labelled images at ultralytics' defaults (loss,
+    augmentation, optimizer, warm-up, EMA); `mlxnet detect --weights OUTPUT/weights/best.safetensors`
+    then finds your classes."""
+    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+
+    grammar.apply_device(device)
+    train_detector(DetectTrainConfig(data=str(data), model=model, weights=weights, output=str(output), epochs=epochs,
+                                     batch=batch, imgsz=imgsz, lr=lr, lrf=lrf, optimizer=optimizer, momentum=momentum,
+                                     weight_decay=weight_decay, warmup_epochs=warmup_epochs, close_mosaic=close_mosaic,
+                                     workers=workers, val=val, precision=dtype, seed=seed, resume=resume, force=force,
+                                     max_steps=max_steps))

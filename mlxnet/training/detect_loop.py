@@ -1,0 +1,461 @@
+"""``mlxnet train detect``: fine-tune a YOLOv8 on a YOLO-format data set, as ultralytics trains.
+
+One epoch: the training images in a seeded order, in batches of ``batch`` (the last one shorter,
+as ultralytics' loader), each augmented on worker threads (:mod:`.detect_data`: mosaic, affine,
+HSV, flip; mosaic closed for the last ``close_mosaic`` epochs); per batch a forward in training
+mode (BatchNorm on batch statistics), ultralytics' v8 loss (:mod:`.detection_loss`) and its
+gradient, added up until ``accumulate`` batches (the nominal batch 64) make one optimizer step
+(:mod:`.detect_optim`: groups, warm-up, schedule, clipping, EMA). After each epoch the EMA
+weights are measured on the val split as ``mlxnet val detect`` measures them, a row goes to
+``results.csv`` (and ``results.png``), the EMA weights to ``weights/last.safetensors`` (and
+``weights/best.safetensors`` when the fitness, 0.1·mAP50 + 0.9·mAP50-95, is the best yet), and
+everything a resumed run needs to ``state.safetensors``.
+
+A loss that is not finite stops the run at once with the step and the batch's files, before
+anything of that epoch is written; every file is written atomically, so a run killed at any
+moment, or a full disk, leaves the previous epoch's files whole, and ``--resume`` continues
+from the last completed epoch with the same data order and augmentation draws.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ..device import backend, use_kernels
+from ..errors import MlxnetError
+from ..image import atomic_write_bytes, check_output_path
+from ..progress import progress_bar
+from ..weights import save_converted
+from ..weights.safetensors_io import load_safetensors_with_metadata, save_safetensors
+from . import detect_data as D
+from . import detect_optim as O
+from .data import epoch_order
+from .detection_loss import LossSettings, Targets, detection_loss
+
+PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
+OPTIMIZERS = ("auto", "sgd", "adamw")
+STATE_FORMAT = "mlxnet-train-detect"
+LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
+
+
+@dataclass
+class DetectTrainConfig:
+    """The run's settings; every default is ultralytics' (its name in the comment where it differs)."""
+
+    data: str
+    model: str | None = None  # yolov8n..x; default: the checkpoint's, else yolov8n
+    weights: str | None = None  # hub id or file; None: the model's official weights; "none": from scratch
+    output: str = "runs/detect"
+    epochs: int = 100
+    batch: int = 16
+    imgsz: int = 640
+    lr: float = 0.01  # lr0
+    lrf: float = 0.01
+    optimizer: str = "auto"
+    momentum: float = 0.937
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 3.0
+    warmup_momentum: float = 0.8
+    warmup_bias_lr: float = 0.1
+    nbs: int = 64
+    box: float = 7.5
+    cls: float = 0.5
+    dfl: float = 1.5
+    close_mosaic: int = 10
+    precision: str = "float32"
+    seed: int = 0
+    resume: bool = False
+    force: bool = False
+    max_steps: int | None = None  # stop after this many batches in all (a smoke run)
+    workers: int | None = None
+    val: bool = True
+    log: Callable[[str], None] = field(default=print, repr=False)
+
+    def run_settings(self, names: tuple[str, ...]) -> dict:
+        """What a resumed run must share with the one it continues."""
+        skip = {"data", "weights", "output", "epochs", "resume", "force", "max_steps", "workers", "val", "log"}
+        return {**{k: v for k, v in asdict(self).items() if k not in skip}, "names": list(names)}
+
+
+@dataclass
+class EpochRow:
+    epoch: int
+    seconds: float
+    losses: tuple[float, float, float]
+    precision: float
+    recall: float
+    map50: float
+    map50_95: float
+    lr: tuple[float, float, float]
+    images_per_s: float
+    data_wait: float  # share of the epoch's training time spent waiting for batches
+
+    def csv_row(self) -> dict[str, float]:
+        return {"epoch": self.epoch, "time": round(self.seconds, 3),
+                **{f"train/{n}": round(v, 5) for n, v in zip(LOSS_NAMES, self.losses)},
+                "metrics/precision(B)": round(self.precision, 5), "metrics/recall(B)": round(self.recall, 5),
+                "metrics/mAP50(B)": round(self.map50, 5), "metrics/mAP50-95(B)": round(self.map50_95, 5),
+                **{f"lr/pg{i}": v for i, v in enumerate(self.lr)}}
+
+
+def fitness(row: EpochRow) -> float:
+    """ultralytics' detection fitness: 0.1·mAP50 + 0.9·mAP50-95."""
+    return 0.1 * row.map50 + 0.9 * row.map50_95
+
+
+# --- the network ---------------------------------------------------------------------------------
+
+def _fresh_class_head(new: nn.Module) -> None:
+    """ultralytics' Detect.bias_init for the class convs of ``new`` (box biases 1, class biases
+    log(5 / nc / (640 / stride)²)); their weights keep PyTorch's default uniform initialisation."""
+    from ..models.yolo import STRIDES
+
+    for level, s in enumerate(STRIDES):
+        conv = new.model[22].cv3[level][2]
+        fan_in = conv.weight.shape[1] * conv.weight.shape[2] * conv.weight.shape[3]
+        bound = 1 / math.sqrt(fan_in)
+        conv.weight = mx.random.uniform(-bound, bound, conv.weight.shape)
+        conv.bias = mx.full(conv.bias.shape, math.log(5 / new.nc / (640 / s) ** 2))
+
+
+def build_network(cfg: DetectTrainConfig, names: tuple[str, ...]) -> tuple[nn.Module, str]:
+    """The YOLOv8 to train, for ``names``: the checkpoint's weights (its class convs replaced when
+    its classes are not the data set's, a class of the same name keeping its row), or a fresh
+    network. Returns it and its variant."""
+    from ..models.yolo import MODELS, YOLO, YOLOv8
+
+    mx.random.seed(cfg.seed)
+    nc = len(names)
+    if cfg.weights is not None and cfg.weights.lower() == "none":
+        variant = cfg.model or "yolov8n"
+        if variant not in MODELS:
+            raise MlxnetError(f"unknown model {variant!r}: expected one of {', '.join(MODELS)}")
+        net = YOLOv8(variant[-1], nc)
+        _fresh_class_head(net)
+        for level in range(3):  # ultralytics' box-branch bias: 1
+            box = net.model[22].cv2[level][2]
+            box.bias = mx.ones(box.bias.shape)
+        return _for_training(net), variant
+    source = cfg.weights or cfg.model or "yolov8n"
+    yolo = YOLO.from_pretrained(source, model=cfg.model, dtype="float32", fuse=False)
+    net, variant = yolo.net, f"yolov8{yolo.net.scale}"
+    if tuple(yolo.names) == names:
+        return _for_training(net), variant
+    new = YOLOv8(net.scale, nc)
+    weights = dict(tree_flatten(net.parameters()))
+    head = {f"model.22.cv3.{i}.2.{p}" for i in range(3) for p in ("weight", "bias")}
+    new.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in head]))
+    _fresh_class_head(new)
+    kept = [(j, list(yolo.names).index(n)) for j, n in enumerate(names) if n in yolo.names]
+    for level in range(3):
+        old, conv = net.model[22].cv3[level][2], new.model[22].cv3[level][2]
+        if kept:
+            rows, src = mx.array([j for j, _ in kept]), mx.array([i for _, i in kept])
+            conv.weight[rows] = old.weight[src]
+            conv.bias[rows] = old.bias[src]
+    cfg.log(f"note: {source} has {len(yolo.names)} classes; training for the data set's {nc} "
+            f"({len(kept)} kept by name, the others start fresh)")
+    return _for_training(new), variant
+
+
+def _for_training(net: nn.Module) -> nn.Module:
+    """BatchNorm at ultralytics' momentum 0.03; the DFL bins fixed."""
+    for _, m in net.named_modules():
+        if isinstance(m, nn.BatchNorm):
+            m.momentum = 0.03
+    net.model[22].dfl.freeze()
+    net.train()
+    return net
+
+
+def inference_copy(arrays: dict[str, mx.array], variant: str, nc: int, names: tuple[str, ...]) -> Any:
+    """A :class:`mlxnet.models.yolo.YOLO` with ``arrays`` (fused, eval mode): what val reads."""
+    from ..models.yolo import YOLO, YOLOv8
+
+    net = YOLOv8(variant[-1], nc)
+    net.update(tree_unflatten(list(arrays.items())))
+    net.eval()
+    return YOLO(net.fuse(), names)
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+def _check_outputs(cfg: DetectTrainConfig, out: Path) -> None:
+    start = [Path(cfg.weights)] if cfg.weights and Path(cfg.weights).is_file() else []
+    for name in ("weights/last.safetensors", "weights/best.safetensors", "state.safetensors", "results.csv"):
+        check_output_path(out / name, start, kind="file")
+    held = [n for n in ("state.safetensors", "results.csv", "weights/last.safetensors") if (out / n).exists()]
+    if held and not (cfg.resume or cfg.force):
+        raise MlxnetError(f"{out} holds a run ({held[0]}); pass --resume to continue it, --force to replace it, "
+                          f"or another -o")
+    if cfg.force and not cfg.resume:
+        for n in ("state.safetensors", "results.csv", "results.png", "weights/last.safetensors",
+                  "weights/best.safetensors"):
+            (out / n).unlink(missing_ok=True)
+
+
+def _save_weights(path: Path, arrays: dict[str, mx.array], variant: str, names: tuple[str, ...], data: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_converted(path, arrays, variant, {"nc": len(names)}, names, source=f"mlxnet train detect {data}")
+
+
+def _write_results(out: Path, rows: list[EpochRow]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0].csv_row()))
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(r.csv_row())
+    atomic_write_bytes(out / "results.csv", buffer.getvalue().encode())
+    from .plots import plot_results
+
+    atomic_write_bytes(out / "results.png", plot_results([r.csv_row() for r in rows]))
+
+
+def _read_results(out: Path) -> list[EpochRow]:
+    path = out / "results.csv"
+    if not path.is_file():
+        return []
+    rows = []
+    for r in csv.DictReader(path.read_text().splitlines()):
+        rows.append(EpochRow(int(r["epoch"]), float(r["time"]), tuple(float(r[f"train/{n}"]) for n in LOSS_NAMES),
+                             float(r["metrics/precision(B)"]), float(r["metrics/recall(B)"]),
+                             float(r["metrics/mAP50(B)"]), float(r["metrics/mAP50-95(B)"]),
+                             tuple(float(r[f"lr/pg{i}"]) for i in range(3)), 0.0, 0.0))
+    return rows
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+@dataclass
+class _Progress:
+    """Where the run stands, saved after every epoch."""
+
+    epoch: int = 0  # epochs completed
+    last_opt_step: int = -1
+    best_fitness: float = -1.0
+
+
+def _save_state(path: Path, model: dict, ema: O.EMA, opt: O.GroupedOptimizer, pending: dict | None,
+                progress: _Progress, run: dict) -> None:
+    arrays = {f"model.{k}": v for k, v in model.items()}
+    arrays.update({f"ema.{k}": v for k, v in ema.arrays.items()})
+    arrays.update({f"optimizer.{k}": v for k, v in opt.state.items()})
+    if pending is not None:
+        arrays.update({f"pending.{k}": v for k, v in pending.items()})
+    meta = {"format": STATE_FORMAT, "run": json.dumps(run), "ema_updates": str(ema.updates),
+            "progress": json.dumps(asdict(progress))}
+    save_safetensors(path, arrays, metadata=meta)
+
+
+def _load_state(path: Path) -> tuple[dict, dict, dict, dict | None, int, _Progress, dict]:
+    if not path.is_file():
+        raise MlxnetError(f"{path}: no training state to resume from")
+    arrays, meta = load_safetensors_with_metadata(path)
+    if meta.get("format") != STATE_FORMAT:
+        raise MlxnetError(f"{path}: not an mlxnet detection training state (format {meta.get('format')!r})")
+    try:
+        run, updates, progress = json.loads(meta["run"]), int(meta["ema_updates"]), _Progress(**json.loads(meta["progress"]))
+    except (KeyError, ValueError, TypeError) as e:
+        raise MlxnetError(f"{path}: damaged training metadata ({e})") from None
+
+    def part(prefix: str) -> dict:
+        return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    pending = part("pending.") or None
+    return part("model."), part("ema."), part("optimizer."), pending, updates, progress, run
+
+
+def _check(cfg: DetectTrainConfig, n_train: int) -> None:
+    if cfg.precision not in PRECISIONS:
+        raise MlxnetError(f"unknown --dtype {cfg.precision!r}: expected {' or '.join(PRECISIONS)} (float16 needs "
+                          "loss scaling, which training does not do)")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise MlxnetError(f"unknown --optimizer {cfg.optimizer!r}: expected {', '.join(OPTIMIZERS)}")
+    if cfg.imgsz < 64 or cfg.imgsz % 32:
+        raise MlxnetError(f"--imgsz must be a multiple of 32 of at least 64, got {cfg.imgsz}")
+    if cfg.epochs < 1:
+        raise MlxnetError(f"--epochs must be at least 1, got {cfg.epochs}")
+    if cfg.batch < 2:
+        raise MlxnetError(f"--batch must be at least 2 (BatchNorm trains on batch statistics), got {cfg.batch}")
+    if n_train < 2:
+        raise MlxnetError(f"{cfg.data}: {n_train} training image(s); training needs at least 2")
+
+
+def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
+    """Run (or resume) the training; returns every epoch's row (the earlier ones' of a resumed run too)."""
+    train_set = D.load_split(cfg.data, "train")
+    val_set = D.load_split(cfg.data, "val") if cfg.val else None
+    train_labels = D.read_all_labels(train_set)  # a bad label fails here, before any step
+    if val_set is not None:
+        D.read_all_labels(val_set)
+    _check(cfg, len(train_set.images))
+    out = Path(cfg.output)
+    _check_outputs(cfg, out)
+    names = train_set.names
+    nc = len(names)
+    n = len(train_set.images)
+    batch = min(cfg.batch, n)
+    nb = math.ceil(n / batch)
+    nominal = max(round(cfg.nbs / batch), 1)
+    weight_decay = cfg.weight_decay * batch * nominal / cfg.nbs
+    nominal = min(nominal, nb * cfg.epochs)
+    iterations = math.ceil(n / max(batch, cfg.nbs)) * cfg.epochs
+    choice = O.choose(cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum, warmup_bias_lr=cfg.warmup_bias_lr,
+                      nc=nc, iterations=iterations)
+    if choice.note:
+        cfg.log(f"note: {choice.note}")
+    run = cfg.run_settings(names)
+    state = _load_state(out / "state.safetensors") if cfg.resume else None
+    if state is not None:
+        saved = state[6]
+        for key, value in saved.items():
+            if key != "model" and run.get(key) != value:
+                raise MlxnetError(f"{out / 'state.safetensors'}: cannot resume: {key} was {value!r}, now {run.get(key)!r}")
+        variant = saved["model"]
+        from ..models.yolo import YOLOv8
+        net = _for_training(YOLOv8(variant[-1], nc))
+        net.update(tree_unflatten(list(state[0].items())))
+    else:
+        net, variant = build_network(cfg, names)
+    run["model"] = variant
+    dtype = PRECISIONS[cfg.precision]
+    master = dict(tree_flatten(net.trainable_parameters()))
+    opt = O.GroupedOptimizer(choice.name, master, lr=choice.lr, momentum=choice.momentum, weight_decay=weight_decay)
+    ema = O.EMA(dict(tree_flatten(net.parameters())))
+    pending: dict[str, mx.array] | None = None
+    progress = _Progress()
+    rows: list[EpochRow] = []
+    if state is not None:
+        opt.state.update(state[2])
+        ema = O.EMA(state[1], updates=state[4])
+        pending, progress = state[3], state[5]
+        rows = _read_results(out)[:progress.epoch]
+    mx.eval(net.parameters(), opt.state, ema.arrays)
+    settings = LossSettings(box=cfg.box, cls=cfg.cls, dfl=cfg.dfl)
+    hw = (cfg.imgsz, cfg.imgsz)
+    warmup = O.warmup_iterations(cfg.warmup_epochs, cfg.epochs, nb)
+
+    def loss_fn(model: nn.Module, images: mx.array, targets: Targets) -> tuple[mx.array, mx.array]:
+        return detection_loss(model.train_outputs(images), targets, hw, num_classes=nc, settings=settings)
+
+    grad_fn = nn.value_and_grad(net, loss_fn)
+    steps_done = progress.epoch * nb
+    while progress.epoch < cfg.epochs:
+        epoch = progress.epoch
+        mosaic = epoch < cfg.epochs - cfg.close_mosaic
+        order = epoch_order(n, cfg.seed, epoch)
+        groups = [order[i:i + batch] for i in range(0, n, batch)]
+        if cfg.max_steps is not None:
+            groups = groups[:max(0, cfg.max_steps - steps_done)]
+        if not groups:
+            break
+        net.train()
+        start, waited, seen = time.perf_counter(), 0.0, 0
+        sums = np.zeros(3)
+        step_settings = None
+        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True) as bar:
+            for i, b in enumerate(D.batches(train_set, train_labels, groups, imgsz=cfg.imgsz, seed=cfg.seed,
+                                            epoch=epoch, mosaic=mosaic, workers=cfg.workers)):
+                waited += b.wait_seconds
+                ni = i + nb * epoch
+                step_settings = O.settings_at(ni, epoch, warmup=warmup, accumulate=nominal, lr0=choice.lr,
+                                              epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
+                                              warmup_momentum=cfg.warmup_momentum,
+                                              warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
+                net.update(tree_unflatten(list((master if dtype == mx.float32 else
+                                                {k: v.astype(dtype) for k, v in master.items()}).items())))
+                targets = Targets.from_lists(b.boxes, b.classes)
+                images = mx.array(b.images).astype(dtype) / 255
+                with use_kernels(training_kernels()):
+                    (_, parts), grads = grad_fn(net, images, targets)
+                    grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
+                    pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
+                    mx.eval(parts, pending, _statistics(net))
+                values = np.array(parts.astype(mx.float32))
+                if not np.isfinite(values).all():
+                    files = ", ".join(str(p) for p in b.paths)
+                    raise MlxnetError(f"the loss is not finite at epoch {epoch + 1}, batch {i + 1} "
+                                      f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images: "
+                                      f"{files}. Nothing of this epoch was written; {out / 'weights/best.safetensors'} "
+                                      "is untouched")
+                sums += values
+                seen += len(b.paths)
+                if ni - progress.last_opt_step >= step_settings.accumulate:
+                    opt.lr.update(step_settings.lr)
+                    opt.momentum.update(step_settings.momentum)
+                    master = opt.step(master, O.clip_by_global_norm(pending))
+                    net.update(tree_unflatten(list(master.items())))
+                    ema.update(dict(tree_flatten(net.parameters())))
+                    mx.eval(master, opt.state, ema.arrays)
+                    pending, progress.last_opt_step = None, ni
+                mean = sums / (i + 1)
+                bar.advance(f"box {mean[0]:.4g}  cls {mean[1]:.4g}  dfl {mean[2]:.4g}  "
+                            f"{seen / (time.perf_counter() - start):.1f} images/s")
+        steps_done += len(groups)
+        seconds = time.perf_counter() - start
+        partial = len(groups) < nb
+        metrics = (0.0, 0.0, 0.0, 0.0)
+        if val_set is not None and not partial:
+            metrics = _validate(ema.arrays, variant, names, val_set, cfg)
+        lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
+        row = EpochRow(epoch + 1, seconds, tuple(sums / len(groups)), *metrics,
+                       tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
+        _log_epoch(cfg, row, partial)
+        if partial:
+            break
+        progress.epoch += 1
+        rows.append(row)
+        model_arrays = dict(tree_flatten(net.parameters()))
+        best = fitness(row) > progress.best_fitness
+        if best:
+            progress.best_fitness = fitness(row)
+        _save_weights(out / "weights/last.safetensors", ema.arrays, variant, names, cfg.data)
+        if best:
+            _save_weights(out / "weights/best.safetensors", ema.arrays, variant, names, cfg.data)
+        _write_results(out, rows)
+        _save_state(out / "state.safetensors", model_arrays, ema, opt, pending, progress, run)
+    if rows:
+        cfg.log(f"wrote {out / 'weights/best.safetensors'} (mlxnet detect --weights {out / 'weights/best.safetensors'})")
+    return rows
+
+
+def training_kernels() -> bool:
+    """Whether a training step runs the ops' fast faces: on GPUs (their kernels have backward
+    kernels), not on the CPU, where the CPU fast paths are inference formulations whose
+    autodiff is slower than MLX's own convolution gradients (YOLOv8n, batch 16 at 192²:
+    forward and backward 10.2 s against 3.5 s; scripts/bench/bench_train_detect.py)."""
+    return backend() != "cpu"
+
+
+def _statistics(net: nn.Module) -> list[mx.array]:
+    return [v for k, v in tree_flatten(net.parameters()) if k.endswith((".running_mean", ".running_var"))]
+
+
+def _validate(arrays: dict, variant: str, names: tuple[str, ...], val_set: D.DetectionSet,
+              cfg: DetectTrainConfig) -> tuple[float, float, float, float]:
+    from ..evaluation import dataset as ds
+    from ..evaluation.detect import evaluate
+
+    yolo = inference_copy(arrays, variant, len(names), names)
+    with progress_bar("validation", len(val_set.images), transient=True) as bar:
+        result = evaluate(yolo, val_set.images, lambda image, w, h: ds.read_labels(image, w, h, len(names)),
+                          imgsz=cfg.imgsz, batch=max(cfg.batch * 2, 1), progress=lambda k: bar.advance(count=k))
+    return result.mp, result.mr, result.map50, result.map
+
+
+def _log_epoch(cfg: DetectTrainConfig, r: EpochRow, partial: bool) -> None:
+    where = f"epoch {r.epoch}/{cfg.epochs}" + (" (stopped by --max-steps)" if partial else "")
+    val = (f"  P {r.precision:.3g}  R {r.recall:.3g}  mAP50 {r.map50:.3g}  mAP50-95 {r.map50_95:.3g}"
+           if cfg.val and not partial else "")
+    cfg.log(f"{where}  box {r.losses[0]:.4g}  cls {r.losses[1]:.4g}  dfl {r.losses[2]:.4g}{val}  "
+            f"{r.images_per_s:.1f} images/s  data wait {r.data_wait:.0%}")

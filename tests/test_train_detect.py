@@ -1,0 +1,200 @@
+"""`mlxnet train detect`: a run from the command line and what it writes (results, plots,
+checkpoints the other commands load), the grammar's refusals, a killed run resumed to the same
+weights, a loss that is not finite, a bad label, a disk that fills while saving."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mlxnet.cli import app
+from mlxnet.errors import MlxnetError
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("shapes_dataset", ROOT / "scripts/bench/shapes_dataset.py")
+shapes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shapes)
+
+MLXNET = [sys.executable, "-m", "mlxnet"]
+TINY = ["-w", "none", "-m", "yolov8n", "--imgsz", "64", "--batch", "4", "--close-mosaic", "1", "--workers", "2"]
+
+
+class Ran:
+    def __init__(self, exit_code: int, output: str) -> None:
+        self.exit_code, self.output, self.stdout = exit_code, output, output
+
+
+def run(*args, code: int = 0) -> Ran:
+    """The command in this process; ``output`` holds what it printed and, for a refusal, its
+    one-line error (as the console script prints it)."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    exit_code = result.exit_code
+    output = result.output
+    if isinstance(result.exception, MlxnetError):
+        exit_code, output = 1, output + str(result.exception)
+    assert exit_code == code, (result.output, result.exception)
+    return Ran(exit_code, output)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return shapes.make(tmp_path_factory.mktemp("shapes"), train=8, val=4, seed=3)
+
+
+@pytest.fixture(scope="module")
+def finished(data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "run"
+    run("train", "detect", data, *TINY, "--epochs", "2", "-o", out)
+    return out
+
+
+def test_a_run_writes_results_and_checkpoints_the_commands_load(finished, data, tmp_path):
+    rows = list(csv.DictReader((finished / "results.csv").read_text().splitlines()))
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+    for r in rows:
+        for key in ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/mAP50-95(B)", "lr/pg0"):
+            assert np.isfinite(float(r[key])), key
+        assert float(r["train/cls_loss"]) > 0
+    from PIL import Image
+
+    with Image.open(finished / "results.png") as im:
+        assert im.size[0] > 1000 and im.getextrema() != ((255, 255),) * 3
+    best = finished / "weights" / "best.safetensors"
+    assert best.is_file() and (finished / "weights" / "last.safetensors").is_file()
+    found = run("detect", data.parent / "images/val/00000.jpg", "-w", best, "-o", tmp_path / "out", "--json",
+                "--conf", "0.0001")
+    assert '"name": "' in found.stdout and any(n in found.stdout for n in shapes.NAMES)
+    measured = run("val", "detect", data, "-w", best, "--imgsz", "64")
+    assert "mAP50-95" in measured.stdout
+    from mlxnet.models.yolo import YOLO
+
+    yolo = YOLO.from_pretrained(best)
+    assert yolo.names == shapes.NAMES and yolo.net.nc == 3
+
+
+def test_an_existing_run_is_refused_without_force(finished, data):
+    refused = run("train", "detect", data, *TINY, "--epochs", "2", "-o", finished, code=1)
+    assert "holds a run" in refused.output and "--resume" in refused.output
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result(data, tmp_path):
+    args = ["train", "detect", str(data), *TINY, "--epochs", "3", "--no-val", "--seed", "5"]
+    run(*args, "-o", tmp_path / "whole")
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([*MLXNET, *args, "-o", str(cut)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (cut / "state.safetensors").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # into the second epoch
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    rows = list(csv.DictReader((cut / "results.csv").read_text().splitlines()))
+    assert len(rows) < 3, "the run finished before it could be killed"
+    resumed = run(*args, "-o", cut, "--resume")
+    assert "epoch 1/3" not in resumed.output and "epoch 3/3" in resumed.output
+    whole = mx.load(str(tmp_path / "whole" / "weights" / "last.safetensors"))
+    again = mx.load(str(cut / "weights" / "last.safetensors"))
+    assert whole.keys() == again.keys()
+    for key in whole:
+        np.testing.assert_allclose(np.array(again[key]), np.array(whole[key]), rtol=1e-5, atol=1e-6, err_msg=key)
+    assert len(list(csv.DictReader((cut / "results.csv").read_text().splitlines()))) == 3
+
+
+def test_a_loss_that_is_not_finite_stops_the_run_and_keeps_best(data, tmp_path, monkeypatch):
+    from mlxnet.training import detect_loop
+    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+
+    out = tmp_path / "nan"
+    config = dict(data=str(data), weights="none", model="yolov8n", imgsz=64, batch=4, close_mosaic=1, output=str(out),
+                  log=lambda line: None)
+    train_detector(DetectTrainConfig(epochs=1, **config))
+    best = (out / "weights" / "best.safetensors").read_bytes()
+    real = detect_loop.detection_loss
+    calls = []
+
+    def poisoned(*args, **kwargs):
+        loss, parts = real(*args, **kwargs)
+        calls.append(1)
+        return loss * np.nan if len(calls) == 2 else loss, parts * np.nan if len(calls) == 2 else parts
+
+    monkeypatch.setattr(detect_loop, "detection_loss", poisoned)
+    with pytest.raises(MlxnetError) as e:
+        train_detector(DetectTrainConfig(epochs=3, resume=True, **config))
+    message = str(e.value)
+    assert "not finite" in message and "epoch 2, batch 2" in message and ".jpg" in message and "\n" not in message
+    assert (out / "weights" / "best.safetensors").read_bytes() == best
+    assert len(list(csv.DictReader((out / "results.csv").read_text().splitlines()))) == 1
+
+
+def test_a_bad_label_is_named_before_any_step(data, tmp_path):
+    import shutil
+
+    copy = tmp_path / "bad"
+    shutil.copytree(data.parent, copy)
+    (copy / "data.yaml").write_text((copy / "data.yaml").read_text().replace(str(data.parent), str(copy)))
+    label = copy / "labels" / "train" / "00003.txt"
+    label.write_text(label.read_text() + "7 0.5 0.5 0.1 0.1\n")
+    failed = run("train", "detect", copy / "data.yaml", *TINY, "--epochs", "1", "-o", tmp_path / "out", code=1)
+    assert f"{label}:" in failed.output and "out of range" in failed.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_while_saving_leaves_the_previous_epoch_whole(data, tmp_path, monkeypatch):
+    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+
+    out = tmp_path / "full"
+    config = dict(data=str(data), weights="none", model="yolov8n", imgsz=64, batch=4, close_mosaic=1, output=str(out),
+                  val=False, log=lambda line: None)
+    train_detector(DetectTrainConfig(epochs=1, **config))
+    before = {p: p.read_bytes() for p in (out / "state.safetensors", out / "weights" / "last.safetensors")}
+    real = mx.save_safetensors
+
+    def full(path, arrays, metadata=None):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 1000)
+        raise RuntimeError("[save_safetensors] No space left on device")
+
+    monkeypatch.setattr(mx, "save_safetensors", full)
+    with pytest.raises(Exception) as e:
+        train_detector(DetectTrainConfig(epochs=2, resume=True, **config))
+    assert "No space left" in str(e.value) or "space" in str(e.value).lower()
+    for path, content in before.items():
+        assert path.read_bytes() == content, path
+    assert not [p for p in out.rglob("*") if p.is_file() and p not in before and p.suffix != ".csv"
+                and p.name != "results.png" and "best" not in p.name]
+    monkeypatch.setattr(mx, "save_safetensors", real)
+    rows = train_detector(DetectTrainConfig(epochs=2, resume=True, **config))
+    assert [r.epoch for r in rows] == [1, 2]
+
+
+def test_a_checkpoint_with_other_classes_gets_a_new_class_head(data, tmp_path):
+    from mlxnet.models.yolo import YOLO, YOLOv8
+    from mlxnet.training.detect_loop import DetectTrainConfig, build_network
+    from mlxnet.weights import save_converted
+    from mlx.utils import tree_flatten
+
+    source = YOLOv8("n", 2)
+    path = tmp_path / "two.safetensors"
+    save_converted(path, dict(tree_flatten(source.parameters())), "yolov8n", {"nc": 2}, ("square", "dog"),
+                   source="test")
+    lines = []
+    net, variant = build_network(DetectTrainConfig(data=str(data), weights=str(path), log=lines.append),
+                                 shapes.NAMES)
+    assert variant == "yolov8n" and net.nc == 3
+    assert len(lines) == 1 and "2 classes" in lines[0] and "1 kept by name" in lines[0]
+    for level in range(3):
+        old, new = source.model[22].cv3[level][2], net.model[22].cv3[level][2]
+        np.testing.assert_array_equal(np.array(new.weight[1]), np.array(old.weight[0]))  # "square" kept
+        np.testing.assert_array_equal(np.array(net.model[22].cv3[level][0].conv.weight),
+                                      np.array(source.model[22].cv3[level][0].conv.weight))
+        assert np.allclose(np.array(new.bias[0]), np.log(5 / 3 / (640 / (8, 16, 32)[level]) ** 2))
+    assert YOLO.from_pretrained(path).names == ("square", "dog")
