@@ -1,12 +1,13 @@
-"""YOLO-format datasets as ultralytics reads them, for validation.
+"""YOLO-format datasets as ultralytics reads them, for validation (and training).
 
 ``data.yaml`` (or a folder holding it) names ``names`` (a list, or {id: name}), ``val`` (a folder
-searched recursively for images, a .txt file of image paths, or a list of those) and optionally
-``path``, the root the others are relative to (default: the yaml's folder; a relative ``path`` is
-relative to the yaml's folder too). An image's labels are the .txt file found by replacing the
-last ``/images/`` of its path with ``/labels/`` and its extension with ``.txt``: one object a line,
-``class cx cy w h`` normalised to 0-1 (a polygon ``class x1 y1 x2 y2 ...`` counts as its bounding
-box). A missing label file is an image without objects, as in ultralytics.
+searched recursively for images, a .txt file of image paths, or a list of those), ``train`` (the
+same, for training) and optionally ``path``, the root the others are relative to (default: the
+yaml's folder; a relative ``path`` is relative to the yaml's folder too). An image's labels are
+the .txt file found by replacing the last ``/images/`` of its path with ``/labels/`` and its
+extension with ``.txt``: one object a line, ``class cx cy w h`` normalised to 0-1 (a polygon
+``class x1 y1 x2 y2 ...`` counts as its bounding box). A missing label file is an image without
+objects, as in ultralytics.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from mlxnet.image import is_image_name
 
 @dataclass(frozen=True)
 class Dataset:
-    """The validation images (in sorted order per source) and the class names."""
+    """The images of one split (in sorted order per source) and the class names."""
 
     yaml: Path
     images: list[Path]
@@ -43,23 +44,24 @@ def _names(value: object, yaml_file: Path) -> tuple[str, ...]:
     raise MlxnetError(f"{yaml_file}: 'names' must be a non-empty list or {{id: name}} mapping")
 
 
-def _images_of(entry: str, root: Path, yaml_file: Path) -> list[Path]:
+def _images_of(entry: str, root: Path, yaml_file: Path, split: str) -> list[Path]:
     path = Path(entry) if os.path.isabs(entry) else root / entry
     if path.is_dir():
         found = sorted(p for p in path.rglob("*") if p.is_file() and is_image_name(p.name)
                        and not any(part.startswith(".") for part in p.relative_to(path).parts))
         if not found:
-            raise MlxnetError(f"{path}: no images in this 'val' folder (from {yaml_file})")
+            raise MlxnetError(f"{path}: no images in this '{split}' folder (from {yaml_file})")
         return found
     if path.suffix == ".txt" and path.is_file():
         lines = [line.strip() for line in path.read_text().splitlines()]
         # Relative lines are relative to the list's folder (ultralytics: those starting with ./).
         return [Path(line) if os.path.isabs(line) else path.parent / line for line in lines if line]
-    raise MlxnetError(f"{path}: 'val' names no folder or .txt list of images (from {yaml_file})")
+    raise MlxnetError(f"{path}: '{split}' names no folder or .txt list of images (from {yaml_file})")
 
 
-def load(data: str | Path) -> Dataset:
-    """The dataset that ``data`` (a data.yaml, or a folder holding one) describes."""
+def load(data: str | Path, split: str = "val") -> Dataset:
+    """The ``split`` ('val', or 'train') of the dataset that ``data`` (a data.yaml, or a folder
+    holding one) describes."""
     import yaml
 
     yaml_file = Path(data)
@@ -72,14 +74,14 @@ def load(data: str | Path) -> Dataset:
     except yaml.YAMLError as e:
         raise MlxnetError(f"{yaml_file}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(spec, dict):
-        raise MlxnetError(f"{yaml_file}: expected a mapping with 'val' and 'names'")
-    missing = [key for key in ("val", "names") if spec.get(key) in (None, "", [])]
+        raise MlxnetError(f"{yaml_file}: expected a mapping with '{split}' and 'names'")
+    missing = [key for key in (split, "names") if spec.get(key) in (None, "", [])]
     if missing:
         raise MlxnetError(f"{yaml_file}: missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     root = Path(str(spec.get("path") or "."))
     root = root if root.is_absolute() else yaml_file.parent / root
-    entries = spec["val"] if isinstance(spec["val"], list) else [spec["val"]]
-    images = [image for entry in entries for image in _images_of(str(entry), root, yaml_file)]
+    entries = spec[split] if isinstance(spec[split], list) else [spec[split]]
+    images = [image for entry in entries for image in _images_of(str(entry), root, yaml_file, split)]
     return Dataset(yaml_file, images, _names(spec["names"], yaml_file))
 
 
