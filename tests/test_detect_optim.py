@@ -19,8 +19,9 @@ def test_groups_follow_ultralytics_naming():
     assert [O.group_of(k) for k in KEYS] == ["weight", "bn", "bias", "weight", "bias"]
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
-def test_steps_equal_pytorch_with_changing_group_settings(name):
+def test_steps_equal_pytorch_with_changing_group_settings(name, compiled):
     rng = np.random.default_rng(0)
     params = {k: rng.normal(size=s).astype(np.float32) for k, s in KEYS.items()}
     ours = {k: mx.array(v) for k, v in params.items()}
@@ -33,7 +34,7 @@ def test_steps_equal_pytorch_with_changing_group_settings(name):
     else:
         ref = torch.optim.AdamW([{"params": groups[g], "weight_decay": decay[g]} for g in O.GROUPS], lr=0.01,
                                 betas=(0.9, 0.999))
-    opt = O.GroupedOptimizer(name, ours, lr=0.01, momentum=0.9, weight_decay=5e-4)
+    opt = O.GroupedOptimizer(name, ours, lr=0.01, momentum=0.9, weight_decay=5e-4, compiled=compiled)
     for step in range(6):
         grads = {k: rng.normal(size=s).astype(np.float32) * 5 for k, s in KEYS.items()}
         s = O.settings_at(step, 0, warmup=4, accumulate=4, lr0=0.01, epochs=10, lrf=0.01,
@@ -78,8 +79,9 @@ def test_auto_picks_as_ultralytics():
     assert O.choose("sgd", lr=0.02, momentum=0.95, warmup_bias_lr=0.1, nc=3, iterations=1).lr == 0.02
 
 
-def test_ema_ramp():
-    ema = O.EMA({"w": mx.zeros(3)})
+@pytest.mark.parametrize("compiled", [False, True])
+def test_ema_ramp(compiled):
+    ema = O.EMA({"w": mx.zeros(3)}, compiled=compiled)
     ema.update({"w": mx.ones(3)})
     d = 0.9999 * (1 - math.exp(-1 / 2000))
     np.testing.assert_allclose(np.array(ema.arrays["w"]), 1 - d, rtol=1e-6)

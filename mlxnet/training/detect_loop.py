@@ -32,7 +32,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..device import backend, use_kernels
+from ..device import backend, compile_enabled, tracing, use_kernels
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
 from ..progress import progress_bar
@@ -179,14 +179,27 @@ def _for_training(net: nn.Module) -> nn.Module:
     return net
 
 
-def inference_copy(arrays: dict[str, mx.array], variant: str, nc: int, names: tuple[str, ...]) -> Any:
-    """A :class:`mlxnet.models.yolo.YOLO` with ``arrays`` (fused, eval mode): what val reads."""
-    from ..models.yolo import YOLO, YOLOv8
+class Validator:
+    """One fused inference network for the whole run, its weights replaced by each epoch's EMA
+    weights: a compiled forward (GPUs) is traced once per input shape for the run, not again
+    every epoch."""
 
-    net = YOLOv8(variant[-1], nc)
-    net.update(tree_unflatten(list(arrays.items())))
-    net.eval()
-    return YOLO(net.fuse(), names)
+    def __init__(self, variant: str, nc: int, names: tuple[str, ...]) -> None:
+        from ..models.yolo import YOLO, YOLOv8
+
+        self.variant, self.nc = variant, nc
+        self.yolo = YOLO(YOLOv8(variant[-1], nc).fuse(), names)
+
+    def load(self, arrays: dict[str, mx.array]) -> Any:
+        """The :class:`mlxnet.models.yolo.YOLO` holding ``arrays``, BatchNorms folded."""
+        from ..models.yolo import YOLOv8
+
+        net = YOLOv8(self.variant[-1], self.nc)
+        net.update(tree_unflatten(list(arrays.items())))
+        net.eval()
+        self.yolo.net.update(net.fuse().parameters())
+        self.yolo.net.eval()
+        return self.yolo
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -330,14 +343,16 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     run["model"] = variant
     dtype = PRECISIONS[cfg.precision]
     master = dict(tree_flatten(net.trainable_parameters()))
-    opt = O.GroupedOptimizer(choice.name, master, lr=choice.lr, momentum=choice.momentum, weight_decay=weight_decay)
-    ema = O.EMA(dict(tree_flatten(net.parameters())))
+    compiled = compile_training()
+    opt = O.GroupedOptimizer(choice.name, master, lr=choice.lr, momentum=choice.momentum, weight_decay=weight_decay,
+                             compiled=compiled)
+    ema = O.EMA(dict(tree_flatten(net.parameters())), compiled=compiled)
     pending: dict[str, mx.array] | None = None
     progress = _Progress()
     rows: list[EpochRow] = []
     if state is not None:
         opt.state.update(state[2])
-        ema = O.EMA(state[1], updates=state[4])
+        ema = O.EMA(state[1], updates=state[4], compiled=compiled)
         pending, progress = state[3], state[5]
         rows = _read_results(out)[:progress.epoch]
     mx.eval(net.parameters(), opt.state, ema.arrays)
@@ -348,7 +363,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     def loss_fn(model: nn.Module, images: mx.array, targets: Targets) -> tuple[mx.array, mx.array]:
         return detection_loss(model.train_outputs(images), targets, hw, num_classes=nc, settings=settings)
 
-    grad_fn = nn.value_and_grad(net, loss_fn)
+    step_fn = _step_function(net, loss_fn, compiled=compiled)
+    validator = Validator(variant, nc, names)
     steps_done = progress.epoch * nb
     while progress.epoch < cfg.epochs:
         epoch = progress.epoch
@@ -374,10 +390,10 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                               warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
                 net.update(tree_unflatten(list((master if dtype == mx.float32 else
                                                 {k: v.astype(dtype) for k, v in master.items()}).items())))
-                targets = Targets.from_lists(b.boxes, b.classes)
+                targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                 images = mx.array(b.images).astype(dtype) / 255
                 with use_kernels(training_kernels()):
-                    (_, parts), grads = grad_fn(net, images, targets)
+                    parts, grads = step_fn(images, targets.boxes, targets.classes)
                     grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
                     pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
                     mx.eval(parts, pending, _statistics(net))
@@ -406,7 +422,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         partial = len(groups) < nb
         metrics = (0.0, 0.0, 0.0, 0.0)
         if val_set is not None and not partial:
-            metrics = _validate(ema.arrays, variant, names, val_set, cfg)
+            metrics = _validate(validator, ema.arrays, names, val_set, cfg)
         lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
         row = EpochRow(epoch + 1, seconds, tuple(sums / len(groups)), *metrics,
                        tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
@@ -429,6 +445,34 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     return rows
 
 
+def compile_training() -> bool:
+    """Whether the training step runs under ``mx.compile`` (elementwise chains fused, so fewer
+    kernels and fewer intermediates kept for the backward): where models compile their forward
+    (:func:`mlxnet.device.compile_enabled`, by default on GPUs)."""
+    return compile_enabled()
+
+
+def _step_function(net: nn.Module, loss_fn: Callable, *, compiled: bool) -> Callable:
+    """(images, target boxes, target classes) -> (loss parts, gradients), the BatchNorm
+    statistics updated in ``net``; compiled, one trace per input shape (targets come padded to
+    a power of two, so a run meets only a few)."""
+    grad_fn = nn.value_and_grad(net, loss_fn)
+
+    def step(images: mx.array, boxes: mx.array, classes: mx.array) -> tuple[mx.array, dict]:
+        (_, parts), grads = grad_fn(net, images, Targets(boxes, classes))
+        return parts, grads
+
+    if not compiled:
+        return step
+    state = [net.state]
+    traced = mx.compile(step, inputs=state, outputs=state)
+
+    def run(images: mx.array, boxes: mx.array, classes: mx.array) -> tuple[mx.array, dict]:
+        with tracing():
+            return traced(images, boxes, classes)
+    return run
+
+
 def training_kernels() -> bool:
     """Whether a training step runs the ops' fast faces: on GPUs (their kernels have backward
     kernels), not on the CPU, where the CPU fast paths are inference formulations whose
@@ -441,12 +485,12 @@ def _statistics(net: nn.Module) -> list[mx.array]:
     return [v for k, v in tree_flatten(net.parameters()) if k.endswith((".running_mean", ".running_var"))]
 
 
-def _validate(arrays: dict, variant: str, names: tuple[str, ...], val_set: D.DetectionSet,
+def _validate(validator: Validator, arrays: dict, names: tuple[str, ...], val_set: D.DetectionSet,
               cfg: DetectTrainConfig) -> tuple[float, float, float, float]:
     from ..evaluation import dataset as ds
     from ..evaluation.detect import evaluate
 
-    yolo = inference_copy(arrays, variant, len(names), names)
+    yolo = validator.load(arrays)
     with progress_bar("validation", len(val_set.images), transient=True) as bar:
         result = evaluate(yolo, val_set.images, lambda image, w, h: ds.read_labels(image, w, h, len(names)),
                           imgsz=cfg.imgsz, batch=max(cfg.batch * 2, 1), progress=lambda k: bar.advance(count=k))

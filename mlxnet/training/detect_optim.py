@@ -65,12 +65,15 @@ def choose(name: str, *, lr: float, momentum: float, warmup_bias_lr: float, nc: 
 
 class GroupedOptimizer:
     """PyTorch's SGD (Nesterov) or AdamW over flat ``{key: array}`` parameters, with a learning
-    rate, momentum and weight decay per group (:data:`GROUPS`), set by the trainer every step."""
+    rate, momentum and weight decay per group (:data:`GROUPS`), set by the trainer every step.
+    ``compiled``: the update runs as one compiled function (the hyperparameters enter as arrays,
+    so changing them does not trace it again)."""
 
     def __init__(self, name: str, params: Mapping[str, mx.array], *, lr: float, momentum: float,
-                 weight_decay: float) -> None:
+                 weight_decay: float, compiled: bool = False) -> None:
         self.name = name
-        self.groups = {k: group_of(k) for k in params}
+        self.keys = list(params)
+        self.group_index = {k: GROUPS.index(group_of(k)) for k in params}
         self.lr = dict.fromkeys(GROUPS, lr)
         self.momentum = dict.fromkeys(GROUPS, momentum)
         self.decay = {"weight": weight_decay, "bn": 0.0, "bias": 0.0}
@@ -81,32 +84,35 @@ class GroupedOptimizer:
             else:
                 self.state[f"m.{k}"] = mx.zeros_like(p)
                 self.state[f"v.{k}"] = mx.zeros_like(p)
+        self._update = mx.compile(self._pure_update) if compiled else self._pure_update
 
     def step(self, params: dict[str, mx.array], grads: Mapping[str, mx.array]) -> dict[str, mx.array]:
         """The parameters after one step (lazy; evaluate them with :attr:`state`)."""
-        step = self.state["step"] + 1
-        self.state["step"] = step
-        out = {}
-        for k, p in params.items():
-            g, group = grads[k], self.groups[k]
-            lr, mom, wd = self.lr[group], self.momentum[group], self.decay[group]
+        hyper = mx.array([[self.lr[g], self.momentum[g], self.decay[g]] for g in GROUPS], mx.float32)
+        out, self.state = self._update(params, dict(grads), self.state, hyper)
+        return out
+
+    def _pure_update(self, params: dict, grads: dict, state: dict, hyper: mx.array) -> tuple[dict, dict]:
+        step = state["step"] + 1
+        new_state, out = {"step": step}, {}
+        t = step.astype(mx.float32)
+        for k in self.keys:
+            p, g = params[k], grads[k]
+            lr, mom, wd = (hyper[self.group_index[k], i] for i in range(3))
             if self.name == "sgd":
-                if wd:
-                    g = g + wd * p
-                buf = mom * self.state[f"buf.{k}"] + g  # the first step's buffer is g itself, as PyTorch's
-                self.state[f"buf.{k}"] = buf
+                g = g + wd * p
+                buf = mom * state[f"buf.{k}"] + g  # the first step's buffer is g itself, as PyTorch's
+                new_state[f"buf.{k}"] = buf
                 out[k] = p - lr * (g + mom * buf)
             else:
                 b1, b2, eps = mom, 0.999, 1e-8
-                if wd:
-                    p = p * (1 - lr * wd)
-                m = b1 * self.state[f"m.{k}"] + (1 - b1) * g
-                v = b2 * self.state[f"v.{k}"] + (1 - b2) * g * g
-                self.state[f"m.{k}"], self.state[f"v.{k}"] = m, v
-                t = step.astype(mx.float32)
+                p = p * (1 - lr * wd)
+                m = b1 * state[f"m.{k}"] + (1 - b1) * g
+                v = b2 * state[f"v.{k}"] + (1 - b2) * g * g
+                new_state[f"m.{k}"], new_state[f"v.{k}"] = m, v
                 denom = mx.sqrt(v) / mx.sqrt(1 - b2 ** t) + eps
                 out[k] = p - (lr / (1 - b1 ** t)) * m / denom
-        return out
+        return out, new_state
 
 
 def clip_by_global_norm(grads: Mapping[str, mx.array], max_norm: float = MAX_GRAD_NORM) -> dict[str, mx.array]:
@@ -154,14 +160,18 @@ class EMA:
     """ultralytics' ModelEMA over flat float arrays (parameters and BatchNorm statistics)."""
 
     def __init__(self, arrays: Mapping[str, mx.array], updates: int = 0, decay: float = 0.9999,
-                 tau: float = 2000.0) -> None:
+                 tau: float = 2000.0, compiled: bool = False) -> None:
         self.arrays = {k: mx.array(v) for k, v in arrays.items()}
         self.updates, self.max_decay, self.tau = updates, decay, tau
+        self._blend = mx.compile(_blend) if compiled else _blend
 
     def decay(self) -> float:
         return self.max_decay * (1 - math.exp(-self.updates / self.tau))
 
     def update(self, arrays: Mapping[str, mx.array]) -> None:
         self.updates += 1
-        d = self.decay()
-        self.arrays = {k: d * v + (1 - d) * arrays[k].astype(v.dtype) for k, v in self.arrays.items()}
+        self.arrays = self._blend(self.arrays, {k: arrays[k] for k in self.arrays}, mx.array(self.decay(), mx.float32))
+
+
+def _blend(ema: dict, model: dict, d: mx.array) -> dict:
+    return {k: (d * v + (1 - d) * model[k].astype(v.dtype)).astype(v.dtype) for k, v in ema.items()}
