@@ -25,7 +25,7 @@ import numpy as np
 from mlxnet import families, ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, as_rgb_images
-from mlxnet.nn import Conv2d, compiled_for_inference, fuse_conv_bn, handoff
+from mlxnet.nn import Conv2d, batch_norm_act, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
@@ -78,8 +78,7 @@ class Conv(nn.Module):
         else:
             x = ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, activation=activation)
         if "bn" in self:
-            x = self.bn(x)
-            return ops.silu(x) if self.act else x
+            return batch_norm_act(self.bn, x, "silu" if self.act else None)
         return x
 
     def fuse(self) -> None:

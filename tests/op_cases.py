@@ -140,6 +140,28 @@ def layer_norm_case(draw: Any) -> Case:
 
 
 @st.composite
+def batch_norm_train_case(draw: Any) -> Case:
+    dtype = draw(dtypes)
+    c = draw(st.integers(1, 24))
+    shape = (draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(2, 5)), c)
+    x = draw(arrays(shape, dtype, magnitude=(1.0, 1e2), specials=False))
+    w, b = (draw(arrays((c,), dtype, specials=False)) for _ in range(2))
+    eps = draw(st.sampled_from((1e-3, 1e-5)))
+    activation = draw(st.sampled_from((None, "silu")))
+    xs = np.array(x.astype(mx.float32), dtype=np.float64).reshape(-1, c)
+    amplification = float(np.abs(xs).max(initial=0) / np.sqrt(xs.var(axis=0).min(initial=np.inf) + eps))
+    cond = ill_conditioned(amplification * float(mx.abs(w.astype(mx.float32)).max()), xs.shape[0])
+
+    def reference(x, w, b):
+        nchw = x.permute(0, 3, 1, 2)
+        y = F.batch_norm(nchw, None, None, w, b, training=True, eps=eps).permute(0, 2, 3, 1)
+        if activation == "silu":
+            y = F.silu(y)
+        return y, x.mean(dim=(0, 1, 2)), x.var(dim=(0, 1, 2), unbiased=False)
+    return Case((x, w, b), {"eps": eps, "activation": activation}, reference, conditioning=cond)
+
+
+@st.composite
 def attention_case(draw: Any) -> Case:
     dtype = draw(dtypes)
     lead = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
@@ -450,6 +472,7 @@ CASES: dict[str, st.SearchStrategy[Case]] = {
     "gelu": elementwise("gelu"),
     "softmax": softmax_case(),
     "layer_norm": layer_norm_case(),
+    "batch_norm_train": batch_norm_train_case(),
     "scaled_dot_product_attention": attention_case(),
     "conv2d": conv2d_case(),
     "bias_act": bias_act_case(),

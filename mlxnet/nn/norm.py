@@ -34,6 +34,24 @@ def batch_norm_relu(bn: nn.BatchNorm, x: mx.array,
     return _affine_relu(regroup(x), regroup(scale.astype(x.dtype)), regroup(shift.astype(x.dtype)))
 
 
+def batch_norm_act(bn: nn.BatchNorm, x: mx.array, activation: str | None = None) -> mx.array:
+    """``activation(bn(x))`` (None or "silu"). In training mode one op,
+    :func:`mlxnet.ops.batch_norm_train`, whose backward keeps only ``x``; the running statistics
+    are updated as MLX's BatchNorm updates them (momentum ``bn.momentum``, unbiased variance)."""
+    from .. import ops
+
+    if not bn.training:
+        y = bn(x)
+        return ops.silu(y) if activation == "silu" else y
+    y, mean, var = ops.batch_norm_train(x, bn.weight, bn.bias, eps=bn.eps, activation=activation)
+    if "running_mean" in bn:
+        n = x.size // x.shape[-1]
+        mu = bn.momentum
+        bn.running_mean = (1 - mu) * bn.running_mean + mu * mx.stop_gradient(mean)
+        bn.running_var = (1 - mu) * bn.running_var + mu * mx.stop_gradient(var) * (n / (n - 1))
+    return y
+
+
 class LayerNorm2d(LayerNorm):
     """SAM's LayerNorm2d normalises each pixel over channels; in NHWC that is the last axis, so
     it is :class:`LayerNorm` (the registry's layer_norm op) under SAM's name."""

@@ -12,7 +12,7 @@ where its ops have that face; what faces share gets a file named for it (``pooli
 A new op goes into its family's package (or a new one of that shape), its kernel into ``custom_kernels/``.
 """
 from .core.registry import REGISTRY, Op, get, register
-from .norm import layer_norm
+from .norm import batch_norm_train, layer_norm
 from .conv import conv2d, depthwise_conv2d, pointwise_conv_of_concat
 from .activations import bias_act, gelu, sigmoid, silu, softmax
 from .attention import scaled_dot_product_attention
@@ -25,7 +25,7 @@ from .conv_transpose import conv_transpose1d, conv_transpose2d
 from .pad import bias_act_pad2d, pad2d
 from .window import window_merge, window_partition
 
-__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
+__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "batch_norm_train", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
            "conv_transpose1d", "conv_transpose2d", "bias_act_pad2d", "pad2d", "window_partition", "window_merge"]
 __all__ += pooling.__all__
 __all__ += ["conv_transpose1d", "conv_transpose2d"]

@@ -32,7 +32,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..device import backend, compile_enabled, tracing, use_kernels
+from ..device import backend, compile_enabled, use_kernels
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
 from ..progress import progress_bar
@@ -363,7 +363,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     def loss_fn(model: nn.Module, images: mx.array, targets: Targets) -> tuple[mx.array, mx.array]:
         return detection_loss(model.train_outputs(images), targets, hw, num_classes=nc, settings=settings)
 
-    step_fn = _step_function(net, loss_fn, compiled=compiled)
+    step_fn = _step_function(net, loss_fn)
     validator = Validator(variant, nc, names)
     steps_done = progress.epoch * nb
     while progress.epoch < cfg.epochs:
@@ -390,7 +390,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                               warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
                 net.update(tree_unflatten(list((master if dtype == mx.float32 else
                                                 {k: v.astype(dtype) for k, v in master.items()}).items())))
-                targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
+                targets = Targets.from_lists(b.boxes, b.classes)
                 images = mx.array(b.images).astype(dtype) / 255
                 with use_kernels(training_kernels()):
                     parts, grads = step_fn(images, targets.boxes, targets.classes)
@@ -446,31 +446,22 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
 
 
 def compile_training() -> bool:
-    """Whether the training step runs under ``mx.compile`` (elementwise chains fused, so fewer
-    kernels and fewer intermediates kept for the backward): where models compile their forward
-    (:func:`mlxnet.device.compile_enabled`, by default on GPUs)."""
+    """Whether the optimizer update and the EMA run compiled (each one fused pass over the weights
+    instead of a dozen kernels per parameter): where models compile their forward
+    (:func:`mlxnet.device.compile_enabled`, by default on GPUs). The forward and backward are not
+    compiled: tracing a YOLOv8's whole training graph takes MLX minutes."""
     return compile_enabled()
 
 
-def _step_function(net: nn.Module, loss_fn: Callable, *, compiled: bool) -> Callable:
+def _step_function(net: nn.Module, loss_fn: Callable) -> Callable:
     """(images, target boxes, target classes) -> (loss parts, gradients), the BatchNorm
-    statistics updated in ``net``; compiled, one trace per input shape (targets come padded to
-    a power of two, so a run meets only a few)."""
+    statistics updated in ``net``."""
     grad_fn = nn.value_and_grad(net, loss_fn)
 
     def step(images: mx.array, boxes: mx.array, classes: mx.array) -> tuple[mx.array, dict]:
         (_, parts), grads = grad_fn(net, images, Targets(boxes, classes))
         return parts, grads
-
-    if not compiled:
-        return step
-    state = [net.state]
-    traced = mx.compile(step, inputs=state, outputs=state)
-
-    def run(images: mx.array, boxes: mx.array, classes: mx.array) -> tuple[mx.array, dict]:
-        with tracing():
-            return traced(images, boxes, classes)
-    return run
+    return step
 
 
 def training_kernels() -> bool:

@@ -54,14 +54,9 @@ class Targets:
     classes: mx.array
 
     @classmethod
-    def from_lists(cls, boxes: Sequence[np.ndarray], classes: Sequence[np.ndarray], *,
-                   bucket: bool = False) -> "Targets":
-        """One (n_i, 4) xyxy pixel array and (n_i,) class array per image. ``bucket``: pad to
-        the next power of two (at least 8) rather than to the most any image has, so that a
-        compiled loss meets few shapes (padding rows change nothing)."""
+    def from_lists(cls, boxes: Sequence[np.ndarray], classes: Sequence[np.ndarray]) -> "Targets":
+        """One (n_i, 4) xyxy pixel array and (n_i,) class array per image."""
         most = max((len(b) for b in boxes), default=0)
-        if bucket:
-            most = max(8, 1 << (most - 1).bit_length()) if most else 0
         padded = np.zeros((len(boxes), most, 4), np.float32)
         ids = np.zeros((len(boxes), most), np.int32)
         for i, (b, c) in enumerate(zip(boxes, classes)):

@@ -48,7 +48,7 @@ def run_ultralytics(data: str, weights: str, out: str, epochs: int, imgsz: int, 
 
 
 def run_mlxnet(data: str, weights: str, out: str, epochs: int, imgsz: int, batch: int, seed: int,
-               device: str, workers: int) -> dict:
+               device: str, workers: int, dtype: str = "float32") -> dict:
     import mlx.core as mx
 
     from mlxnet.commands.grammar import apply_device
@@ -57,7 +57,7 @@ def run_mlxnet(data: str, weights: str, out: str, epochs: int, imgsz: int, batch
     apply_device(device)
     start = time.perf_counter()
     train_detector(DetectTrainConfig(data=data, weights=weights, output=out, epochs=epochs, imgsz=imgsz, batch=batch,
-                                     seed=seed, force=True, workers=workers))
+                                     seed=seed, force=True, workers=workers, precision=dtype))
     peak = mx.get_peak_memory() / 2**20 if device == "gpu" else None
     return {"wall_s": time.perf_counter() - start, "gpu_peak_mib": peak}
 
@@ -80,7 +80,8 @@ def child(tool: str, args: argparse.Namespace, seed: int, out: Path) -> dict:
 
     code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import bench_train_detect as b; "
             f"print('RESULT ' + json.dumps(b.run_{tool}({args.data!r}, {args.start!r}, {str(out)!r}, {args.epochs}, "
-            f"{args.imgsz}, {args.batch}, {seed}, {args.device!r}, {args.workers})))")
+            f"{args.imgsz}, {args.batch}, {seed}, {args.device!r}, {args.workers}"
+            f"{', ' + repr(args.dtype) if tool == 'mlxnet' else ''})))")
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=stdout, stderr=stderr, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -115,6 +116,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--tools", nargs="+", default=["ultralytics", "mlxnet"])
+    p.add_argument("--dtype", default="float32", help="mlxnet's compute dtype (float32 or bfloat16)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     work = Path(args.work)

@@ -1,5 +1,7 @@
 """Normalisation ops: layer_norm (over the last axis, channels in NHWC); on the CPU a C++
-primitive (:mod:`.cpu`), on GPUs MLX's fused layer norm (:mod:`.kernel`)."""
+primitive (:mod:`.cpu`), on GPUs MLX's fused layer norm (:mod:`.kernel`). batch_norm_train
+(training-mode BatchNorm with an optional SiLU): on every back end its definition's forward with
+the layer's analytic gradient (:mod:`.lean`), which keeps only the input for the backward."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -24,4 +26,20 @@ def _edges() -> list[tuple[tuple, dict]]:
 layer_norm = register("layer_norm", cpu=cpu.layer_norm, kernel=kernel.layer_norm, kernel_vjp=DEFINITION_VJP,
                       check=check.layer_norm, example=_example, edge_examples=_edges)(definition.layer_norm)
 
-__all__ = ["layer_norm"]
+
+
+def _bn_example() -> tuple[tuple, dict]:
+    return (mx.random.normal((2, 6, 5, 16)) * 3 + 1, mx.random.uniform(0.5, 1.5, (16,)), mx.random.normal((16,))), \
+        {"eps": 1e-3, "activation": "silu"}
+
+
+def _bn_edges() -> list[tuple[tuple, dict]]:
+    tiny = mx.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
+    return [((tiny, mx.ones((3,)), mx.zeros((3,))), {}), ((tiny, mx.ones((3,)), mx.zeros((3,))), {"activation": "silu"})]
+
+
+batch_norm_train = register("batch_norm_train", cpu=cpu.batch_norm_train, kernel=kernel.batch_norm_train,
+                            check=check.batch_norm_train, example=_bn_example,
+                            edge_examples=_bn_edges)(definition.batch_norm_train)
+
+__all__ = ["layer_norm", "batch_norm_train"]

@@ -1,4 +1,4 @@
-"""layer_norm's argument check (the registry's ``check``)."""
+"""layer_norm's and batch_norm_train's argument checks (the registry's ``check``)."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -19,3 +19,24 @@ def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | Non
     if not isinstance(eps, (int, float)) or eps < 0:
         raise MlxnetError(f"layer_norm: eps must be a number >= 0, got {eps!r}")
     return (x, weight, bias), {"eps": float(eps)}
+
+
+ACTIVATIONS = (None, "silu")
+
+
+def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
+                     activation: str | None = None) -> tuple:
+    if not isinstance(x, mx.array) or x.ndim < 2:
+        raise MlxnetError(f"batch_norm_train: expected an array of at least 2 dimensions (..., channels), got "
+                          f"{shape_of(x)}")
+    if x.size // max(x.shape[-1], 1) < 2:
+        raise MlxnetError(f"batch_norm_train: needs more than one value per channel, got shape {tuple(x.shape)}")
+    for what, a in (("weight", weight), ("bias", bias)):
+        if not isinstance(a, mx.array) or a.shape != x.shape[-1:]:
+            raise MlxnetError(f"batch_norm_train: {what} must have shape ({x.shape[-1]},) for an input of shape "
+                              f"{tuple(x.shape)}, got {shape_of(a)}")
+    if not isinstance(eps, (int, float)) or eps < 0:
+        raise MlxnetError(f"batch_norm_train: eps must be a number >= 0, got {eps!r}")
+    if activation not in ACTIVATIONS:
+        raise MlxnetError(f"batch_norm_train: activation must be None or 'silu', got {activation!r}")
+    return (x, weight, bias), {"eps": float(eps), "activation": activation}

@@ -7,6 +7,7 @@ import mlx.core as mx
 
 from ... import _native
 from .definition import layer_norm as _definition
+from . import lean
 
 
 def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | None = None,
@@ -16,3 +17,10 @@ def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | Non
         return _definition(x, weight, bias, eps=eps)
     as_f32 = (lambda a: None if a is None else a.astype(mx.float32))
     return native.layer_norm(x, as_f32(weight), as_f32(bias), eps)
+
+
+def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
+                     activation: str | None = None) -> tuple[mx.array, mx.array, mx.array]:
+    """The definition's forward with the layer's analytic gradient (:mod:`.lean`, shared by the
+    CPU and GPU faces): the backward keeps only the input and the statistics."""
+    return lean.batch_norm_train(x, weight, bias, eps=eps, activation=activation)

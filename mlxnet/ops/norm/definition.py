@@ -16,3 +16,24 @@ def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | Non
     if bias is not None:
         y = y + bias.astype(mx.float32)
     return y.astype(x.dtype)
+
+
+def statistics_dtype(dtype: mx.Dtype) -> mx.Dtype:
+    """float32 for half-precision inputs, else the input's own."""
+    return mx.float64 if dtype == mx.float64 else mx.float32
+
+
+def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
+                     activation: str | None = None) -> tuple[mx.array, mx.array, mx.array]:
+    """Training-mode BatchNorm over every axis but the last (channels in NHWC), then
+    ``activation`` (None or "silu"): (y, the batch's mean, its biased variance), statistics in
+    float32 at least (float64 stays float64)."""
+    ct = statistics_dtype(x.dtype)
+    xf = x.astype(ct)
+    axes = tuple(range(x.ndim - 1))
+    mean = xf.mean(axis=axes)
+    var = mx.square(xf - mean).mean(axis=axes)
+    z = (xf - mean) * mx.rsqrt(var + eps) * weight.astype(ct) + bias.astype(ct)
+    if activation == "silu":
+        z = z * mx.sigmoid(z)
+    return z.astype(x.dtype), mean, var
