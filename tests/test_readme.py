@@ -55,6 +55,8 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"^mlx\.launch\b", "starts several processes or hosts (tests/test_distributed.py runs two ranks here)"),
     (r"\btrain classify\b", "fine-tunes ResNet-50 for epochs: minutes on a CPU (tests/test_train.py trains small)"),
     (r"runs/pets/", "reads the model the training run above writes"),
+    (r"\btrain detect\b", "fine-tunes a YOLOv8 for epochs: minutes on a CPU (tests/test_train_detect.py trains small)"),
+    (r"runs/shapes/", "reads the model the training run above writes"),
     (r"--everything\b", "segment-everything runs 1024 prompts through SAM's decoder: over a minute on a 2-core CPU"),
     (r"^mlxnet bench(?!\s+--(list|markdown)\b)", "times the models: minutes on a CPU (tests/test_bench.py times "
                                                  "one small case)"),

@@ -467,8 +467,7 @@ def _step_function(net: nn.Module, loss_fn: Callable) -> Callable:
 def training_kernels() -> bool:
     """Whether a training step runs the ops' fast faces: on GPUs (their kernels have backward
     kernels), not on the CPU, where the CPU fast paths are inference formulations whose
-    autodiff is slower than MLX's own convolution gradients (YOLOv8n, batch 16 at 192²:
-    forward and backward 10.2 s against 3.5 s; scripts/bench/bench_train_detect.py)."""
+    autodiff measured slower than MLX's own convolution gradients (docs/train-detect.md)."""
     return backend() != "cpu"
 
 
