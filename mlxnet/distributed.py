@@ -14,6 +14,7 @@ from typing import Sequence, TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_map
 
 Item = TypeVar("Item")
 Tree = TypeVar("Tree")
@@ -53,6 +54,42 @@ def total(value: float) -> float:
         return mx.distributed.all_sum(x, group=group(), stream=mx.cpu).item()
     except (RuntimeError, ValueError):  # NCCL runs on the GPU's
         return mx.distributed.all_sum(x, group=group()).item()
+
+
+def _all_sum(x: mx.array) -> mx.array:
+    try:  # the ring, MPI and JACCL back ends run on the CPU stream, whatever the default device
+        return mx.distributed.all_sum(x, group=group(), stream=mx.cpu)
+    except (RuntimeError, ValueError):  # NCCL runs on the GPU's
+        return mx.distributed.all_sum(x, group=group())
+
+
+@mx.custom_function
+def _summed(x: mx.array) -> mx.array:
+    return _all_sum(x)
+
+
+@_summed.vjp
+def _summed_vjp(primals: mx.array, cotangent: mx.array, output: mx.array) -> mx.array:
+    # Every rank's loss reads the sum, so x's gradient is the sum of every rank's cotangent
+    # (MLX's own all_sum passes each rank's cotangent through unchanged).
+    return _all_sum(cotangent)
+
+
+def all_sum(x: mx.array) -> mx.array:
+    """``x`` summed over the ranks, lazily (the identity in a group of one). Differentiable as a
+    sum that every rank's loss reads: its gradient is the cotangents summed over the ranks."""
+    if size() == 1:
+        return x
+    return _summed(x)
+
+
+def sum_over_ranks(tree: Tree) -> Tree:
+    """The sum of ``tree``'s arrays over the ranks (:func:`average` times the size); a nested
+    tree (MLX's tree utilities read a flat dict's dotted keys as paths)."""
+    if size() == 1:
+        return tree
+    n = size()
+    return tree_map(lambda a: a * n, average(tree))
 
 
 def average(tree: Tree) -> Tree:

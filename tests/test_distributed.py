@@ -90,6 +90,87 @@ def test_two_ranks_take_one_process_steps_and_resume_to_its_result(tmp_path):
         np.testing.assert_allclose(np.array(par[key]), np.array(whole[key]), rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+def test_two_ranks_train_a_detector_as_one_process(tmp_path):
+    """train detect under mlx.launch: each rank takes half of every batch, BatchNorm normalises
+    with the whole batch's statistics (synchronised), the loss is normalised over the whole
+    batch and the gradients summed: an epoch of two ranks reaches one process's weights."""
+    from test_train_detect import shapes
+
+    data = shapes.make(tmp_path / "shapes", train=8, val=2, seed=4)
+    args = ["train", "detect", data, "-w", "none", "-m", "yolov8n", "--imgsz", "64", "--batch", "4",
+            "--close-mosaic", "1", "--epochs", "1", "--no-val", "--optimizer", "sgd", "--warmup-epochs", "0"]
+    single(*args, "-o", tmp_path / "one")
+    two = launch(*args, "-o", tmp_path / "two")
+    assert two.stdout.count("wrote ") == 1  # rank 0 logs and writes
+    one = mx.load(str(tmp_path / "one" / "state.safetensors"))
+    par = mx.load(str(tmp_path / "two" / "state.safetensors"))
+    assert one.keys() == par.keys()
+    for key in one:
+        if key.startswith("model."):
+            np.testing.assert_allclose(np.array(par[key]), np.array(one[key]), rtol=1e-4, atol=1e-5, err_msg=key)
+    from mlxnet.training.detect_loop import DetectTrainConfig, build_network
+
+    moved = 0.0
+    start, _ = build_network(DetectTrainConfig(data=str(data), weights="none", model="yolov8n"), shapes.NAMES)
+    for key, value in tree_flatten(start.parameters()):
+        moved = max(moved, float(mx.abs(one["model." + key] - value).max()))
+    assert moved > 1e-4  # the epoch's steps changed the weights
+
+
+SYNCED_BN = """
+import json, sys
+import mlx.core as mx
+import numpy as np
+import mlxnet
+from mlxnet import distributed, ops
+
+rank = distributed.rank()
+x = mx.array(np.random.default_rng(rank).normal(1, 2, (2, 3, 4, 8)).astype(np.float32))
+w, b = mx.array(np.linspace(0.5, 1.5, 8, dtype=np.float32)), mx.array(np.linspace(-1, 1, 8, dtype=np.float32))
+probe = mx.array(np.random.default_rng(10 + rank).normal(size=(2, 3, 4, 8)).astype(np.float32))
+
+def loss(x, w, b):
+    y, mean, var = ops.batch_norm_train(x, w, b, eps=1e-3, activation="silu", sync=True)
+    return (y * probe).sum() + (mean * probe[0, 0, 0]).sum() + 0.5 * (var * probe[1, 1, 1]).sum()
+
+results = {}
+for face, kernels in (("fast", True), ("definition", False)):
+    with mlxnet.use_kernels(kernels):
+        y, mean, var = ops.batch_norm_train(x, w, b, eps=1e-3, activation="silu", sync=True)
+        grads = mx.grad(loss, argnums=(0, 1, 2))(x, w, b)
+    results[face] = [np.array(a).tolist() for a in (y, mean, var, *grads)]
+print(json.dumps({"rank": rank, "results": results, "mean": mean.tolist(),
+                  "whole_mean": np.concatenate([np.random.default_rng(r).normal(1, 2, (2, 3, 4, 8))
+                                                for r in range(2)]).reshape(-1, 8).mean(0).tolist()}))
+"""
+
+
+def test_synchronised_batch_norm_faces_agree_over_two_ranks(tmp_path):
+    """batch_norm_train(sync=True) on two ranks: the statistics are the whole batch's, and the
+    fast face's analytic gradient equals autodiff of the definition (whose cross-rank sums
+    carry the other ranks' cotangents back)."""
+    script = tmp_path / "synced.py"
+    script.write_text(SYNCED_BN)
+    cmd = [str(LAUNCH), "--backend", "ring", "-n", "2", "--hosts", "127.0.0.1", "-p", str(_free_port_pair()),
+           "--env", "OPENBLAS_NUM_THREADS=1", sys.executable, str(script)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 2, done.stdout + done.stderr
+    for line in lines:
+        np.testing.assert_allclose(line["mean"], line["whole_mean"], rtol=1e-5, atol=1e-5)
+        for fast, definition in zip(line["results"]["fast"], line["results"]["definition"]):
+            np.testing.assert_allclose(np.array(fast), np.array(definition), rtol=1e-4, atol=1e-5)
+
+
+def test_a_batch_that_does_not_split_evenly_is_refused(tmp_path):
+    from test_train_detect import shapes
+
+    data = shapes.make(tmp_path / "shapes", train=5, val=2, seed=4)  # batches of 4 and 1
+    done = launch("train", "detect", data, "-w", "none", "--imgsz", "64", "--batch", "4", "--epochs", "1",
+                  "-o", tmp_path / "out", check=False)
+    assert "equal shares" in done.stdout + done.stderr
+
+
 def test_batch_statistics_are_averaged_over_the_ranks(tmp_path):
     """--batchnorm train: each rank normalises with its own half of the batch, and the running
     statistics are averaged after the epoch. The first BatchNorm's input does not depend on

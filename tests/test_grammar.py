@@ -20,7 +20,7 @@ runner = CliRunner()
 # classified here (the first test fails until it is).
 KINDS = {
     "classify": "images", "detect": "images+output", "track": "images+output", "segment": "images+output", "inpaint": "images+output",
-    "check": "model", "convert": "file", "train classify": "train",
+    "check": "model", "convert": "file", "train classify": "train", "train detect": "train",
     "info": "tool", "models": "tool", "ops": "tool", "bench": "tool",
     "erase": "models+output", "app": "tool", "val detect": "val", "val classify": "val",
 }

@@ -37,15 +37,20 @@ def batch_norm_relu(bn: nn.BatchNorm, x: mx.array,
 def batch_norm_act(bn: nn.BatchNorm, x: mx.array, activation: str | None = None) -> mx.array:
     """``activation(bn(x))`` (None or "silu"). In training mode one op,
     :func:`mlxnet.ops.batch_norm_train`, whose backward keeps only ``x``; the running statistics
-    are updated as MLX's BatchNorm updates them (momentum ``bn.momentum``, unbiased variance)."""
+    are updated as MLX's BatchNorm updates them (momentum ``bn.momentum``, unbiased variance).
+    A layer marked ``bn.synchronised = True`` (data-parallel training) normalises with the
+    statistics of every process's share of the batch."""
     from .. import ops
 
     if not bn.training:
         y = bn(x)
         return ops.silu(y) if activation == "silu" else y
-    y, mean, var = ops.batch_norm_train(x, bn.weight, bn.bias, eps=bn.eps, activation=activation)
+    sync = getattr(bn, "synchronised", False)
+    y, mean, var = ops.batch_norm_train(x, bn.weight, bn.bias, eps=bn.eps, activation=activation, sync=sync)
     if "running_mean" in bn:
-        n = x.size // x.shape[-1]
+        from ..ops.norm.definition import batch_count
+
+        n = batch_count(x, sync) if sync else x.size // x.shape[-1]
         mu = bn.momentum
         bn.running_mean = (1 - mu) * bn.running_mean + mu * mx.stop_gradient(mean)
         bn.running_var = (1 - mu) * bn.running_var + mu * mx.stop_gradient(var) * (n / (n - 1))

@@ -32,6 +32,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from .. import distributed
 from ..device import backend, compile_enabled, use_kernels
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
@@ -129,7 +130,8 @@ def _fresh_class_head(new: nn.Module) -> None:
         conv.bias = mx.full(conv.bias.shape, math.log(5 / new.nc / (640 / s) ** 2))
 
 
-def build_network(cfg: DetectTrainConfig, names: tuple[str, ...]) -> tuple[nn.Module, str]:
+def build_network(cfg: DetectTrainConfig, names: tuple[str, ...],
+                  log: Callable[[str], None] | None = None) -> tuple[nn.Module, str]:
     """The YOLOv8 to train, for ``names``: the checkpoint's weights (its class convs replaced when
     its classes are not the data set's, a class of the same name keeping its row), or a fresh
     network. Returns it and its variant."""
@@ -164,7 +166,7 @@ def build_network(cfg: DetectTrainConfig, names: tuple[str, ...]) -> tuple[nn.Mo
             rows, src = mx.array([j for j, _ in kept]), mx.array([i for _, i in kept])
             conv.weight[rows] = old.weight[src]
             conv.bias[rows] = old.bias[src]
-    cfg.log(f"note: {source} has {len(yolo.names)} classes; training for the data set's {nc} "
+    (log or cfg.log)(f"note: {source} has {len(yolo.names)} classes; training for the data set's {nc} "
             f"({len(kept)} kept by name, the others start fresh)")
     return _for_training(new), variant
 
@@ -304,6 +306,13 @@ def _check(cfg: DetectTrainConfig, n_train: int) -> None:
         raise MlxnetError(f"{cfg.data}: {n_train} training image(s); training needs at least 2")
 
 
+def _check_shares(batch: int, n: int, world: int) -> None:
+    """Data-parallel, every batch splits into equal shares, one per process."""
+    if world > 1 and (batch % world or (n % batch) % world):
+        raise MlxnetError(f"--batch {batch} over {world} processes: every batch (the last one has {n % batch or batch} of "
+                          f"the {n} images) must split into {world} equal shares; pick a --batch that divides both")
+
+
 def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     """Run (or resume) the training; returns every epoch's row (the earlier ones' of a resumed run too)."""
     train_set = D.load_split(cfg.data, "train")
@@ -312,12 +321,16 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     if val_set is not None:
         D.read_all_labels(val_set)
     _check(cfg, len(train_set.images))
+    world, main = distributed.size(), distributed.is_main()
+    log = cfg.log if main else (lambda line: None)
     out = Path(cfg.output)
-    _check_outputs(cfg, out)
+    if main:
+        _check_outputs(cfg, out)
     names = train_set.names
     nc = len(names)
     n = len(train_set.images)
     batch = min(cfg.batch, n)
+    _check_shares(batch, n, world)
     nb = math.ceil(n / batch)
     nominal = max(round(cfg.nbs / batch), 1)
     weight_decay = cfg.weight_decay * batch * nominal / cfg.nbs
@@ -326,7 +339,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     choice = O.choose(cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum, warmup_bias_lr=cfg.warmup_bias_lr,
                       nc=nc, iterations=iterations)
     if choice.note:
-        cfg.log(f"note: {choice.note}")
+        log(f"note: {choice.note}")
     run = cfg.run_settings(names)
     state = _load_state(out / "state.safetensors") if cfg.resume else None
     if state is not None:
@@ -339,7 +352,11 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         net = _for_training(YOLOv8(variant[-1], nc))
         net.update(tree_unflatten(list(state[0].items())))
     else:
-        net, variant = build_network(cfg, names)
+        net, variant = build_network(cfg, names, log)
+    if world > 1:  # every process normalises with the whole batch's statistics
+        for _, m in net.named_modules():
+            if isinstance(m, nn.BatchNorm):
+                m.synchronised = True
     run["model"] = variant
     dtype = PRECISIONS[cfg.precision]
     master = dict(tree_flatten(net.trainable_parameters()))
@@ -360,8 +377,10 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     hw = (cfg.imgsz, cfg.imgsz)
     warmup = O.warmup_iterations(cfg.warmup_epochs, cfg.epochs, nb)
 
-    def loss_fn(model: nn.Module, images: mx.array, targets: Targets) -> tuple[mx.array, mx.array]:
-        return detection_loss(model.train_outputs(images), targets, hw, num_classes=nc, settings=settings)
+    def loss_fn(model: nn.Module, images: mx.array, targets: Targets, whole: int) -> tuple[mx.array, mx.array]:
+        # Data-parallel: this process's share of the one-process loss (detection_loss)
+        return detection_loss(model.train_outputs(images), targets, hw, num_classes=nc, settings=settings,
+                              total=distributed.all_sum if world > 1 else None, batch_size=whole)
 
     step_fn = _step_function(net, loss_fn)
     validator = Validator(variant, nc, names)
@@ -379,8 +398,10 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         start, waited, seen = time.perf_counter(), 0.0, 0
         sums = np.zeros(3)
         step_settings = None
-        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True) as bar:
-            for i, b in enumerate(D.batches(train_set, train_labels, groups, imgsz=cfg.imgsz, seed=cfg.seed,
+        mine = [np.array_split(g, world)[distributed.rank()] for g in groups]
+        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True,
+                          quiet=not main) as bar:
+            for i, b in enumerate(D.batches(train_set, train_labels, mine, imgsz=cfg.imgsz, seed=cfg.seed,
                                             epoch=epoch, mosaic=mosaic, workers=cfg.workers)):
                 waited += b.wait_seconds
                 ni = i + nb * epoch
@@ -393,19 +414,22 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                 targets = Targets.from_lists(b.boxes, b.classes)
                 images = mx.array(b.images).astype(dtype) / 255
                 with use_kernels(training_kernels()):
-                    parts, grads = step_fn(images, targets.boxes, targets.classes)
+                    parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
+                    if world > 1:  # each process's gradient is its share's: their sum is the batch's
+                        grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
                     grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
                     pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
                     mx.eval(parts, pending, _statistics(net))
                 values = np.array(parts.astype(mx.float32))
                 if not np.isfinite(values).all():
                     files = ", ".join(str(p) for p in b.paths)
+                    share = " (this process's share)" if world > 1 else ""
                     raise MlxnetError(f"the loss is not finite at epoch {epoch + 1}, batch {i + 1} "
-                                      f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images: "
+                                      f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images{share}: "
                                       f"{files}. Nothing of this epoch was written; {out / 'weights/best.safetensors'} "
                                       "is untouched")
                 sums += values
-                seen += len(b.paths)
+                seen += len(groups[i])
                 if ni - progress.last_opt_step >= step_settings.accumulate:
                     opt.lr.update(step_settings.lr)
                     opt.momentum.update(step_settings.momentum)
@@ -421,12 +445,13 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         seconds = time.perf_counter() - start
         partial = len(groups) < nb
         metrics = (0.0, 0.0, 0.0, 0.0)
-        if val_set is not None and not partial:
+        if val_set is not None and not partial and main:
             metrics = _validate(validator, ema.arrays, names, val_set, cfg)
         lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
         row = EpochRow(epoch + 1, seconds, tuple(sums / len(groups)), *metrics,
                        tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
-        _log_epoch(cfg, row, partial)
+        if main:
+            _log_epoch(cfg, row, partial)
         if partial:
             break
         progress.epoch += 1
@@ -435,13 +460,15 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         best = fitness(row) > progress.best_fitness
         if best:
             progress.best_fitness = fitness(row)
+        if not main:  # rank 0 alone writes the run's files
+            continue
         _save_weights(out / "weights/last.safetensors", ema.arrays, variant, names, cfg.data)
         if best:
             _save_weights(out / "weights/best.safetensors", ema.arrays, variant, names, cfg.data)
         _write_results(out, rows)
         _save_state(out / "state.safetensors", model_arrays, ema, opt, pending, progress, run)
     if rows:
-        cfg.log(f"wrote {out / 'weights/best.safetensors'} (mlxnet detect --weights {out / 'weights/best.safetensors'})")
+        log(f"wrote {out / 'weights/best.safetensors'} (mlxnet detect --weights {out / 'weights/best.safetensors'})")
     return rows
 
 
@@ -454,12 +481,12 @@ def compile_training() -> bool:
 
 
 def _step_function(net: nn.Module, loss_fn: Callable) -> Callable:
-    """(images, target boxes, target classes) -> (loss parts, gradients), the BatchNorm
-    statistics updated in ``net``."""
+    """(images, target boxes, target classes, images in the whole batch) -> (loss parts,
+    gradients), the BatchNorm statistics updated in ``net``."""
     grad_fn = nn.value_and_grad(net, loss_fn)
 
-    def step(images: mx.array, boxes: mx.array, classes: mx.array) -> tuple[mx.array, dict]:
-        (_, parts), grads = grad_fn(net, images, Targets(boxes, classes))
+    def step(images: mx.array, boxes: mx.array, classes: mx.array, whole: int) -> tuple[mx.array, dict]:
+        (_, parts), grads = grad_fn(net, images, Targets(boxes, classes), whole)
         return parts, grads
     return step
 

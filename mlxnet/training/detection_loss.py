@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -192,8 +192,9 @@ def _dfl(pred_dist: mx.array, target: mx.array) -> mx.array:
 
 
 def detection_loss(outputs: mx.array, targets: Targets, input_hw: tuple[int, int], *, num_classes: int,
-                   strides: Sequence[int] = (8, 16, 32),
-                   settings: LossSettings = LossSettings()) -> tuple[mx.array, mx.array]:
+                   strides: Sequence[int] = (8, 16, 32), settings: LossSettings = LossSettings(),
+                   total: Callable[[mx.array], mx.array] | None = None,
+                   batch_size: int | None = None) -> tuple[mx.array, mx.array]:
     """ultralytics' v8 detection loss of a batch.
 
     ``outputs``: the head's raw outputs (B, A, 4·16 + C) (:meth:`mlxnet.models.yolo.YOLOv8.train_outputs`);
@@ -202,6 +203,11 @@ def detection_loss(outputs: mx.array, targets: Targets, input_hw: tuple[int, int
     Returns ``(loss, parts)``: ``parts`` = (box, cls, dfl), each already times its gain, the
     per-image values ultralytics logs; ``loss`` = their sum times the batch size, the value
     ultralytics back-propagates (so gradients, and gradient accumulation, match its own).
+
+    Data-parallel, each process holding a share of one batch: ``total`` sums a value over the
+    processes (:func:`mlxnet.distributed.all_sum`) and ``batch_size`` is the whole batch's; each
+    process's ``loss`` and ``parts`` are then its share of the one-process values (they add up
+    to them over the processes).
     """
     if outputs.dtype not in (mx.float32, mx.float64):  # half precision: the loss in float32
         outputs = outputs.astype(mx.float32)
@@ -213,7 +219,8 @@ def detection_loss(outputs: mx.array, targets: Targets, input_hw: tuple[int, int
     found = assign(mx.sigmoid(logits), pred_boxes * stride, points * stride, targets, num_classes=num_classes,
                    topk=settings.topk, alpha=settings.alpha, beta=settings.beta,
                    min_side=float(strides[1] if len(strides) > 1 else strides[0]))
-    total_score = mx.maximum(found.scores.sum(), 1)
+    score_sum = mx.stop_gradient(found.scores.sum())
+    total_score = mx.maximum(total(score_sum) if total is not None else score_sum, 1)
     cls = _bce_with_logits(logits, found.scores).sum() / total_score
     weight = found.scores.sum(-1) * found.foreground  # (B, A): zero off the positives
     # Off the positives the target is a unit box around the anchor, so that no term computed
@@ -224,4 +231,4 @@ def detection_loss(outputs: mx.array, targets: Targets, input_hw: tuple[int, int
     sides = mx.concatenate([points - target[..., :2], target[..., 2:] - points], axis=-1)
     dfl = (_dfl(pred_dist, sides) * weight).sum() / total_score
     parts = mx.stack([box * settings.box, cls * settings.cls, dfl * settings.dfl])
-    return parts.sum() * bsz, parts
+    return parts.sum() * (batch_size or bsz), parts

@@ -25,7 +25,7 @@ ACTIVATIONS = (None, "silu")
 
 
 def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
-                     activation: str | None = None) -> tuple:
+                     activation: str | None = None, sync: bool = False) -> tuple:
     if not isinstance(x, mx.array) or x.ndim < 2:
         raise MlxnetError(f"batch_norm_train: expected an array of at least 2 dimensions (..., channels), got "
                           f"{shape_of(x)}")
@@ -39,4 +39,4 @@ def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: floa
         raise MlxnetError(f"batch_norm_train: eps must be a number >= 0, got {eps!r}")
     if activation not in ACTIVATIONS:
         raise MlxnetError(f"batch_norm_train: activation must be None or 'silu', got {activation!r}")
-    return (x, weight, bias), {"eps": float(eps), "activation": activation}
+    return (x, weight, bias), {"eps": float(eps), "activation": activation, "sync": bool(sync)}

@@ -20,7 +20,7 @@ def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | Non
 
 
 def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
-                     activation: str | None = None) -> tuple[mx.array, mx.array, mx.array]:
+                     activation: str | None = None, sync: bool = False) -> tuple[mx.array, mx.array, mx.array]:
     """The definition's forward with the layer's analytic gradient (:mod:`.lean`, shared by the
     CPU and GPU faces): the backward keeps only the input and the statistics."""
-    return lean.batch_norm_train(x, weight, bias, eps=eps, activation=activation)
+    return lean.batch_norm_train(x, weight, bias, eps=eps, activation=activation, sync=sync)

@@ -10,10 +10,10 @@ from . import definition
 
 
 def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
-                     activation: str | None = None) -> tuple[mx.array, mx.array, mx.array]:
+                     activation: str | None = None, sync: bool = False) -> tuple[mx.array, mx.array, mx.array]:
     @mx.custom_function
     def forward(x: mx.array, weight: mx.array, bias: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        return definition.batch_norm_train(x, weight, bias, eps=eps, activation=activation)
+        return definition.batch_norm_train(x, weight, bias, eps=eps, activation=activation, sync=sync)
 
     @forward.vjp
     def backward(primals: tuple, cotangents: tuple, outputs: tuple) -> tuple[mx.array, mx.array, mx.array]:
@@ -21,7 +21,7 @@ def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: floa
         dy, d_mean, d_var = cotangents
         _, mean, var = outputs
         axes = tuple(range(x.ndim - 1))
-        n = x.size // x.shape[-1]
+        n = definition.batch_count(x, sync)
         ct = definition.statistics_dtype(x.dtype)
         w = weight.astype(ct)
         invstd = mx.rsqrt(var + eps)
@@ -34,9 +34,12 @@ def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: floa
             dz = dz * s * (1 + z * (1 - s))
         d_bias = dz.sum(axis=axes)
         d_weight = (dz * xhat).sum(axis=axes)
-        dx = (w * invstd) * (dz - d_bias / n - xhat * (d_weight / n))
-        # The statistics' own cotangents (zero where only y is differentiated).
-        dx = dx + d_mean / n + centred * (2 * d_var / n)
+        # x's gradient reads the sums over every process's batch (synchronised); the scale's and
+        # shift's are this process's share, which the trainer sums over the processes.
+        all_bias, all_weight = definition.across(d_bias, sync), definition.across(d_weight, sync)
+        dx = (w * invstd) * (dz - all_bias / n - xhat * (all_weight / n))
+        # The statistics' own cotangents (zero where only y is differentiated), from every process.
+        dx = dx + definition.across(d_mean, sync) / n + centred * (2 * definition.across(d_var, sync) / n)
         return dx.astype(x.dtype), d_weight.astype(weight.dtype), d_bias.astype(bias.dtype)
 
     return forward(x, weight, bias)
