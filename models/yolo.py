@@ -189,28 +189,26 @@ class Detect(nn.Module):
         self.dfl = DFL(REG_MAX)
 
     def __call__(self, feats: Sequence[mx.array]) -> mx.array:
-        maps = []  # per level: box logits, class logits
+        maps = [m for level in self.branches(feats) for m in level]
+        return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
+
+    def branches(self, feats: Sequence[mx.array]) -> list[tuple[mx.array, mx.array]]:
+        """Per level: the box branch's bin logits (N, H, W, 4·16) and the class branch's logits."""
+        out = []
         for x, box_branch, cls_branch in zip(feats, self.cv2, self.cv3):
             b, s = x, x
             for layer in box_branch:
                 b = layer(b)
             for layer in cls_branch:
                 s = layer(s)
-            maps += [b, s]
-        return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
+            out.append((b, s))
+        return out
 
     def raw(self, feats: Sequence[mx.array]) -> mx.array:
         """The undecoded outputs training reads: (N, A, 4·16 + nc), each anchor's box-bin logits
         then its class logits, anchors in :meth:`__call__`'s order."""
-        rows = []
-        for x, box_branch, cls_branch in zip(feats, self.cv2, self.cv3):
-            b, s = x, x
-            for layer in box_branch:
-                b = layer(b)
-            for layer in cls_branch:
-                s = layer(s)
-            n, h, w, _ = b.shape
-            rows.append(mx.concatenate([b, s], axis=-1).reshape(n, h * w, -1))
+        rows = [mx.concatenate([b, s], axis=-1).reshape(b.shape[0], b.shape[1] * b.shape[2], -1)
+                for b, s in self.branches(feats)]
         return mx.concatenate(rows, axis=1)
 
 

@@ -77,8 +77,8 @@ def test_a_missing_split_names_the_yaml_and_the_key(tmp_path, yaml, split, messa
     assert str(e.value).startswith(str(tmp_path)) and "\n" not in str(e.value)
 
 
-def test_other_sources_are_refused_in_one_line(tmp_path) -> None:
-    with pytest.raises(MlxnetError, match="YOLO-format"):
+def test_an_unknown_split_or_a_missing_coco_file_is_refused_in_one_line(tmp_path) -> None:
+    with pytest.raises(MlxnetError, match="no such COCO annotations file"):
         D.load_split(tmp_path / "instances_train2017.json", "train")
     with pytest.raises(MlxnetError, match="unknown split 'test'"):
         D.load_split(tmp_path, "test")

@@ -198,3 +198,47 @@ def test_a_checkpoint_with_other_classes_gets_a_new_class_head(data, tmp_path):
                                       np.array(source.model[22].cv3[level][0].conv.weight))
         assert np.allclose(np.array(new.bias[0]), np.log(5 / 3 / (640 / (8, 16, 32)[level]) ** 2))
     assert YOLO.from_pretrained(path).names == ("square", "dog")
+
+
+def as_coco(yaml: Path, out: Path) -> Path:
+    """The shapes data set's two splits as COCO instances files (annotations/instances_{train,val}.json,
+    category ids 1..3 in another order than the names), its images where they are."""
+    import json
+
+    from PIL import Image
+
+    root = yaml.parent
+    (out / "annotations").mkdir(parents=True)
+    categories = [{"id": 3, "name": "triangle"}, {"id": 1, "name": "circle"}, {"id": 2, "name": "square"}]
+    for split in ("train", "val"):
+        images, annotations = [], []
+        for i, path in enumerate(sorted((root / "images" / split).glob("*.jpg"))):
+            w, h = Image.open(path).size
+            images.append({"id": i, "file_name": str(path), "width": w, "height": h})
+            for line in (root / "labels" / split / f"{path.stem}.txt").read_text().split("\n"):
+                if line.strip():
+                    c, cx, cy, bw, bh = (float(v) for v in line.split())
+                    annotations.append({"id": len(annotations) + 1, "image_id": i, "category_id": int(c) + 1,
+                                        "bbox": [(cx - bw / 2) * w, (cy - bh / 2) * h, bw * w, bh * h],
+                                        "area": bw * w * bh * h, "iscrowd": 0})
+        (out / "annotations" / f"instances_{split}.json").write_text(
+            json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return out / "annotations" / "instances_train.json"
+
+
+def test_a_coco_file_trains_with_its_val_file_beside_it(data, tmp_path):
+    from mlxnet.training import detect_data as D
+
+    train_json = as_coco(data, tmp_path / "coco")
+    coco_train, yolo_train = D.load_split(train_json, "train"), D.load_split(data, "train")
+    assert coco_train.names == shapes.NAMES  # categories by id
+    assert D.load_split(train_json, "val").source.endswith("instances_val.json")
+    for ours, theirs in zip(D.read_all_labels(coco_train), D.read_all_labels(yolo_train)):
+        np.testing.assert_allclose(ours.boxes, theirs.boxes, atol=1e-5)
+        np.testing.assert_array_equal(ours.classes, theirs.classes)
+    run("train", "detect", train_json, *TINY, "--epochs", "1", "-o", tmp_path / "run")
+    rows = list(csv.DictReader((tmp_path / "run" / "results.csv").read_text().splitlines()))
+    assert len(rows) == 1 and np.isfinite(float(rows[0]["metrics/mAP50-95(B)"]))
+    (tmp_path / "coco" / "annotations" / "instances_val.json").unlink()
+    refused = run("train", "detect", train_json, *TINY, "--epochs", "1", "-o", tmp_path / "run2", code=1)
+    assert "instances_val.json" in refused.output and "--no-val" in refused.output

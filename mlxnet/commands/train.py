@@ -63,7 +63,8 @@ def classify(
 def detect(
     data: Path = typer.Argument(..., metavar="DATA",
                                 help="A YOLO-format data set: its data.yaml (path, train, val, names) or a folder "
-                                     "holding one, as `val detect` reads it."),
+                                     "holding one, as `val detect` reads it; or a COCO instances file (the val split: "
+                                     "the file of the same name with 'val' for its last 'train')."),
     model: Optional[str] = typer.Option(None, "--model", "-m", metavar="ID",
                                         help="yolov8n|s|m|l|x; default: the checkpoint's, else yolov8n."),
     weights: Optional[str] = grammar.weights("the model's official weights; 'none': train from scratch"),

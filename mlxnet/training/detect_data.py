@@ -42,7 +42,7 @@ from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import cv2
 import numpy as np
@@ -50,6 +50,7 @@ import numpy as np
 from ..errors import MlxnetError
 from ..evaluation import coco
 from ..evaluation import dataset as yolo_dataset
+from ..evaluation.rect import image_hw
 from ..image import load_image, resize_bilinear
 from .data import sample_rng
 
@@ -66,11 +67,20 @@ MIXUP_BETA = 32.0  # ultralytics' MixUp ratio ~ Beta(32, 32): close to an even b
 
 @dataclass(frozen=True)
 class DetectionSet:
-    """One split of a YOLO-format dataset: its images (sorted per source) and the class names."""
+    """One split of a dataset: its images (sorted per source) and the class names; a COCO
+    file's split also carries its labels (``labels_of``: image, width, height -> xyxy pixel
+    boxes, class indices), a YOLO-format one reads them from its label files."""
 
-    source: str  # the data.yaml, as messages name it
+    source: str  # the data.yaml or COCO file, as messages name it
     images: list[Path]
     names: tuple[str, ...]
+    labels_of: Callable[[Path, int, int], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def labels(self, image: Path, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
+        """One image's (N, 4) xyxy pixel boxes and (N,) classes."""
+        if self.labels_of is not None:
+            return self.labels_of(image, width, height)
+        return yolo_dataset.read_labels(image, width, height, len(self.names))
 
 
 @dataclass(frozen=True)
@@ -119,11 +129,34 @@ def load_split(data: str | Path, split: str) -> DetectionSet:
     if split not in SPLITS:
         raise MlxnetError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
     if coco.is_coco(data):
-        # A COCO instances file holds one split, and the trainer's validation reads YOLO label files.
-        raise MlxnetError(f"{data}: training reads a YOLO-format dataset (a data.yaml naming train, val and "
-                          "names); a COCO JSON can be converted to one (ultralytics' convert_coco)")
+        return _coco_split(Path(data), split)
     found = yolo_dataset.load(data, split)
     return DetectionSet(str(found.yaml), found.images, found.names)
+
+
+def _coco_split(json_file: Path, split: str) -> DetectionSet:
+    """A COCO instances file as the train split; its val split is the file of the same name
+    with its last 'train' replaced by 'val' (instances_train2017.json -> instances_val2017.json).
+    Classes are the categories in the order of their ids (names as the file gives them)."""
+    if split == "val":
+        name = json_file.name
+        at = name.rfind("train")
+        if at < 0:
+            raise MlxnetError(f"{json_file}: no validation file to go with it (a COCO training file is named "
+                              "…train….json, its val file …val….json beside it); pass --no-val to train without")
+        json_file = json_file.with_name(name[:at] + "val" + name[at + len("train"):])
+        if not json_file.is_file():
+            raise MlxnetError(f"{json_file}: no such COCO validation file (beside the training file); pass --no-val "
+                              "to train without")
+    found = coco.load(json_file)
+    ids = sorted(found.categories)
+    index = {cid: k for k, cid in enumerate(ids)}
+
+    def labels(image: Path, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
+        record = found.by_path[str(image)]
+        return record.boxes, np.array([index[c] for c in record.categories.tolist()], np.int64)
+    return DetectionSet(str(json_file), [im.path for im in found.images],
+                        tuple(found.categories[i] for i in ids), labels)
 
 
 def read_all_labels(ds: DetectionSet) -> list[Labels]:
@@ -133,8 +166,14 @@ def read_all_labels(ds: DetectionSet) -> list[Labels]:
     for image in ds.images:
         if not image.is_file():
             raise MlxnetError(f"{image}: no such image file (listed by {ds.source})")
-        # Width and height 1: read_labels scales normalised boxes to pixels, and 1 keeps them normalised.
-        boxes, classes = yolo_dataset.read_labels(image, 1, 1, len(ds.names))
+        if ds.labels_of is not None:  # COCO: pixel boxes, normalised by the image's size
+            hw = image_hw(image)
+            if hw is None:
+                raise MlxnetError(f"{image}: not an image this toolkit reads (listed by {ds.source})")
+            boxes, classes = ds.labels_of(image, hw[1], hw[0])
+            boxes = np.clip(np.asarray(boxes, np.float64).reshape(-1, 4) / [hw[1], hw[0], hw[1], hw[0]], 0, 1)
+        else:  # width and height 1: read_labels scales normalised boxes to pixels, and 1 keeps them normalised
+            boxes, classes = yolo_dataset.read_labels(image, 1, 1, len(ds.names))
         out.append(Labels(np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(classes, np.int32)))
     return out
 

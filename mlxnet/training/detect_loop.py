@@ -70,9 +70,7 @@ class DetectTrainConfig:
     warmup_momentum: float = 0.8
     warmup_bias_lr: float = 0.1
     nbs: int = 64
-    box: float = 7.5
-    cls: float = 0.5
-    dfl: float = 1.5
+    loss: LossSettings = field(default_factory=LossSettings)  # box, cls, dfl gains; the assigner's settings
     close_mosaic: int = 10
     precision: str = "float32"
     seed: int = 0
@@ -320,6 +318,9 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     train_labels = D.read_all_labels(train_set)  # a bad label fails here, before any step
     if val_set is not None:
         D.read_all_labels(val_set)
+        if val_set.names != train_set.names:
+            raise MlxnetError(f"{val_set.source}: classes {list(val_set.names)} differ from the training split's "
+                              f"{list(train_set.names)} ({train_set.source})")
     _check(cfg, len(train_set.images))
     world, main = distributed.size(), distributed.is_main()
     log = cfg.log if main else (lambda line: None)
@@ -373,7 +374,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         pending, progress = state[3], state[5]
         rows = _read_results(out)[:progress.epoch]
     mx.eval(net.parameters(), opt.state, ema.arrays)
-    settings = LossSettings(box=cfg.box, cls=cfg.cls, dfl=cfg.dfl)
+    settings = cfg.loss
     hw = (cfg.imgsz, cfg.imgsz)
     warmup = O.warmup_iterations(cfg.warmup_epochs, cfg.epochs, nb)
 
@@ -504,12 +505,11 @@ def _statistics(net: nn.Module) -> list[mx.array]:
 
 def _validate(validator: Validator, arrays: dict, names: tuple[str, ...], val_set: D.DetectionSet,
               cfg: DetectTrainConfig) -> tuple[float, float, float, float]:
-    from ..evaluation import dataset as ds
     from ..evaluation.detect import evaluate
 
     yolo = validator.load(arrays)
     with progress_bar("validation", len(val_set.images), transient=True) as bar:
-        result = evaluate(yolo, val_set.images, lambda image, w, h: ds.read_labels(image, w, h, len(names)),
+        result = evaluate(yolo, val_set.images, val_set.labels,
                           imgsz=cfg.imgsz, batch=max(cfg.batch * 2, 1), progress=lambda k: bar.advance(count=k))
     return result.mp, result.mr, result.map50, result.map
 
