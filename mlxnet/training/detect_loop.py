@@ -1,4 +1,6 @@
-"""``mlxnet train detect``: fine-tune a YOLOv8 on a YOLO-format data set, as ultralytics trains.
+"""``mlxnet train detect``: fine-tune a YOLOv8 on a YOLO-format data set (or a COCO instances
+file), as ultralytics trains; data-parallel under ``mlx.launch`` (each process a share of every
+batch, BatchNorm synchronised, gradients summed: one process's steps).
 
 One epoch: the training images in a seeded order, in batches of ``batch`` (the last one shorter,
 as ultralytics' loader), each augmented on worker threads (:mod:`.detect_data`: mosaic, affine,
