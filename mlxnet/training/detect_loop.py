@@ -44,6 +44,7 @@ from ..weights.safetensors_io import load_safetensors_with_metadata, save_safete
 from . import detect_data as D
 from . import detect_optim as O
 from .data import epoch_order
+from .loop import running_statistics
 from .detection_loss import LossSettings, Targets, detection_loss
 
 PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
@@ -422,7 +423,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                         grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
                     grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
                     pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
-                    mx.eval(parts, pending, _statistics(net))
+                    mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
                 values = np.array(parts.astype(mx.float32))
                 if not np.isfinite(values).all():
                     files = ", ".join(str(p) for p in b.paths)
@@ -499,10 +500,6 @@ def training_kernels() -> bool:
     kernels), not on the CPU, where the CPU fast paths are inference formulations whose
     autodiff measured slower than MLX's own convolution gradients (docs/train-detect.md)."""
     return backend() != "cpu"
-
-
-def _statistics(net: nn.Module) -> list[mx.array]:
-    return [v for k, v in tree_flatten(net.parameters()) if k.endswith((".running_mean", ".running_var"))]
 
 
 def _validate(validator: Validator, arrays: dict, names: tuple[str, ...], val_set: D.DetectionSet,

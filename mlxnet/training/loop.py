@@ -144,7 +144,7 @@ def _train_mode(net: nn.Module, batchnorm: str) -> None:
                 m.eval()  # pretrained statistics (see the module docstring)
 
 
-def _statistics(net: nn.Module) -> dict[str, mx.array]:
+def running_statistics(net: nn.Module) -> dict[str, mx.array]:
     """The BatchNorm running statistics, by parameter path."""
     return {k: v for k, v in tree_flatten(net.parameters()) if k.endswith((".running_mean", ".running_var"))}
 
@@ -153,7 +153,7 @@ def _share_statistics(net: nn.Module) -> None:
     """Average the running statistics each rank gathered from its own share of the batches, so
     every rank holds the same model (``--batchnorm train``)."""
     if distributed.size() > 1:
-        shared = distributed.average(_statistics(net))
+        shared = distributed.average(running_statistics(net))
         mx.eval(shared)  # now, on every rank: a rank that never reads them would skip the all-reduce
         net.update(tree_unflatten(list(tree_flatten(shared))))
 
@@ -239,7 +239,7 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
                 loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
                 grads = distributed.average(tree_map(lambda g: g.astype(mx.float32), grads))
                 master = opt.apply_gradients(grads, master)
-                mx.eval(master, opt.state, loss, _statistics(net))  # statistics: each step's, not a growing graph
+                mx.eval(master, opt.state, loss, running_statistics(net))  # statistics: each step's, not a growing graph
                 losses.append(float(loss))
                 step, seen = step + 1, seen + cfg.batch
                 bar.advance(f"loss {losses[-1]:.4f}  {seen / (time.perf_counter() - start):.1f} images/s")
@@ -248,7 +248,7 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
         if stopped and not losses:
             break
         if cfg.batchnorm == "train":
-            _share_statistics(net)
+            _sharerunning_statistics(net)
         if not stopped:
             epoch += 1
         report = EpochReport(epoch, step, stopped, float(distributed.total(float(np.mean(losses)))) / distributed.size(),
