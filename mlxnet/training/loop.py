@@ -248,7 +248,7 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
         if stopped and not losses:
             break
         if cfg.batchnorm == "train":
-            _sharerunning_statistics(net)
+            _share_statistics(net)
         if not stopped:
             epoch += 1
         report = EpochReport(epoch, step, stopped, float(distributed.total(float(np.mean(losses)))) / distributed.size(),
