@@ -242,3 +242,45 @@ def test_a_coco_file_trains_with_its_val_file_beside_it(data, tmp_path):
     (tmp_path / "coco" / "annotations" / "instances_val.json").unlink()
     refused = run("train", "detect", train_json, *TINY, "--epochs", "1", "-o", tmp_path / "run2", code=1)
     assert "instances_val.json" in refused.output and "--no-val" in refused.output
+
+
+def test_the_compiled_step_equals_the_eager_step_over_target_buckets():
+    """The step GPUs run compiled: the same loss parts, gradients and BatchNorm statistics as
+    the eager step, for batches whose object counts land in different padding buckets."""
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    from mlxnet.device import use_compile
+    from mlxnet.models.yolo import YOLOv8
+    from mlxnet.training.detect_loop import _for_training, _step_function
+    from mlxnet.training.detection_loss import Targets, detection_loss
+
+    mx.random.seed(0)
+    nets = [_for_training(YOLOv8("n", 2)) for _ in range(3)]  # eager, compiled, unpadded targets
+    for net in nets[1:]:
+        net.update(nets[0].parameters())
+    steps = []
+    for net, compiled in zip(nets[:2], (False, True)):
+        def loss_fn(model: nn.Module, images, targets, whole):
+            return detection_loss(model.train_outputs(images), targets, (64, 64), num_classes=2, batch_size=whole)
+        steps.append(_step_function(net, loss_fn, compiled=compiled))
+    rng = np.random.default_rng(0)
+    images = mx.array(rng.random((2, 64, 64, 3), dtype=np.float32))
+    for count in (1, 9, 3):  # buckets 8, 16, 8
+        boxes = [np.sort(rng.random((count, 4)) * 60, axis=1)[:, [0, 1, 2, 3]].astype(np.float32) + [0, 0, 4, 4]
+                 for _ in range(2)]
+        classes = [rng.integers(0, 2, count) for _ in range(2)]
+        t = Targets.from_lists(boxes, classes, bucket=True)
+        assert t.boxes.shape[1] == (8 if count <= 8 else 16)
+        with use_compile(True):
+            results = [step(images, t.boxes, t.classes, 2) for step in steps]
+        (p0, g0), (p1, g1) = results
+        np.testing.assert_allclose(np.array(p1), np.array(p0), rtol=1e-4, atol=1e-6)
+        for (k, a), (_, b) in zip(tree_flatten(g0), tree_flatten(g1)):
+            np.testing.assert_allclose(np.array(b), np.array(a), rtol=2e-3, atol=1e-5, err_msg=k)
+        unpadded = Targets.from_lists(boxes, classes)
+        eager_unpadded = detection_loss(nets[2].train_outputs(images), unpadded, (64, 64), num_classes=2)[1]
+        np.testing.assert_allclose(np.array(eager_unpadded), np.array(p0), rtol=1e-5, atol=1e-7)
+    for (k, a), (_, b) in zip(tree_flatten(nets[0].state), tree_flatten(nets[1].state)):
+        if "running" in k:
+            np.testing.assert_allclose(np.array(b), np.array(a), rtol=1e-4, atol=1e-6, err_msg=k)

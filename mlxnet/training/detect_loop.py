@@ -93,7 +93,8 @@ class DetectTrainConfig:
 @dataclass
 class EpochRow:
     epoch: int
-    seconds: float
+    elapsed: float  # seconds since the run began (validation included), ultralytics' `time`
+    seconds: float  # this epoch's training time
     losses: tuple[float, float, float]
     precision: float
     recall: float
@@ -104,7 +105,7 @@ class EpochRow:
     data_wait: float  # share of the epoch's training time spent waiting for batches
 
     def csv_row(self) -> dict[str, float]:
-        return {"epoch": self.epoch, "time": round(self.seconds, 3),
+        return {"epoch": self.epoch, "time": round(self.elapsed, 3),
                 **{f"train/{n}": round(v, 5) for n, v in zip(LOSS_NAMES, self.losses)},
                 "metrics/precision(B)": round(self.precision, 5), "metrics/recall(B)": round(self.recall, 5),
                 "metrics/mAP50(B)": round(self.map50, 5), "metrics/mAP50-95(B)": round(self.map50_95, 5),
@@ -244,7 +245,7 @@ def _read_results(out: Path) -> list[EpochRow]:
         return []
     rows = []
     for r in csv.DictReader(path.read_text().splitlines()):
-        rows.append(EpochRow(int(r["epoch"]), float(r["time"]), tuple(float(r[f"train/{n}"]) for n in LOSS_NAMES),
+        rows.append(EpochRow(int(r["epoch"]), float(r["time"]), 0.0, tuple(float(r[f"train/{n}"]) for n in LOSS_NAMES),
                              float(r["metrics/precision(B)"]), float(r["metrics/recall(B)"]),
                              float(r["metrics/mAP50(B)"]), float(r["metrics/mAP50-95(B)"]),
                              tuple(float(r[f"lr/pg{i}"]) for i in range(3)), 0.0, 0.0))
@@ -386,7 +387,11 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         return detection_loss(model.train_outputs(images), targets, hw, num_classes=nc, settings=settings,
                               total=distributed.all_sum if world > 1 else None, batch_size=whole)
 
-    step_fn = _step_function(net, loss_fn)
+    # Data-parallel steps stay eager: a compiled step around the processes' sums is untested.
+    step_fn = _step_function(net, loss_fn, compiled=compiled and world == 1)
+    if compiled and world == 1 and backend() == "cuda":
+        log("note: the first step compiles the training step's GPU code: minutes the first time on this machine "
+            "(MLX caches it), seconds afterwards; MLXNET_COMPILE=off trains uncompiled, about twice as slow a step")
     validator = Validator(variant, nc, names)
     steps_done = progress.epoch * nb
     while progress.epoch < cfg.epochs:
@@ -415,7 +420,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                               warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
                 net.update(tree_unflatten(list((master if dtype == mx.float32 else
                                                 {k: v.astype(dtype) for k, v in master.items()}).items())))
-                targets = Targets.from_lists(b.boxes, b.classes)
+                targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                 images = mx.array(b.images).astype(dtype) / 255
                 with use_kernels(training_kernels()):
                     parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
@@ -452,7 +457,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         if val_set is not None and not partial and main:
             metrics = _validate(validator, ema.arrays, names, val_set, cfg)
         lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
-        row = EpochRow(epoch + 1, seconds, tuple(sums / len(groups)), *metrics,
+        elapsed = (rows[-1].elapsed if rows else 0.0) + time.perf_counter() - start
+        row = EpochRow(epoch + 1, elapsed, seconds, tuple(sums / len(groups)), *metrics,
                        tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
         if main:
             _log_epoch(cfg, row, partial)
@@ -477,22 +483,28 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
 
 
 def compile_training() -> bool:
-    """Whether the optimizer update and the EMA run compiled (each one fused pass over the weights
-    instead of a dozen kernels per parameter): where models compile their forward
-    (:func:`mlxnet.device.compile_enabled`, by default on GPUs). The forward and backward are not
-    compiled: tracing a YOLOv8's whole training graph takes MLX minutes."""
+    """Whether the training step (forward, loss and backward), the optimizer update and the EMA
+    run compiled: where models compile their forward (:func:`mlxnet.device.compile_enabled`, by
+    default on GPUs). Compiling fuses the step's elementwise chains and replays its graph
+    instead of building it op by op from Python, which halves a small model's step on a GPU; on
+    MLX's CUDA build the fused kernels are compiled once per machine (MLX keeps them in its
+    PTX cache), so a first run there spends minutes before its first step."""
     return compile_enabled()
 
 
-def _step_function(net: nn.Module, loss_fn: Callable) -> Callable:
+def _step_function(net: nn.Module, loss_fn: Callable, compiled: bool = False) -> Callable:
     """(images, target boxes, target classes, images in the whole batch) -> (loss parts,
-    gradients), the BatchNorm statistics updated in ``net``."""
+    gradients), the BatchNorm statistics updated in ``net``. Compiled, it is traced once per
+    input shape (targets are padded to a few bucketed sizes for that reason)."""
     grad_fn = nn.value_and_grad(net, loss_fn)
 
     def step(images: mx.array, boxes: mx.array, classes: mx.array, whole: int) -> tuple[mx.array, dict]:
         (_, parts), grads = grad_fn(net, images, Targets(boxes, classes), whole)
         return parts, grads
-    return step
+    if not compiled:
+        return step
+    state = [net.state]  # the parameters read and the running statistics written
+    return mx.compile(step, inputs=state, outputs=state)
 
 
 def training_kernels() -> bool:

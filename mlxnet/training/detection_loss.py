@@ -54,9 +54,14 @@ class Targets:
     classes: mx.array
 
     @classmethod
-    def from_lists(cls, boxes: Sequence[np.ndarray], classes: Sequence[np.ndarray]) -> "Targets":
-        """One (n_i, 4) xyxy pixel array and (n_i,) class array per image."""
+    def from_lists(cls, boxes: Sequence[np.ndarray], classes: Sequence[np.ndarray], *,
+                   bucket: bool = False) -> "Targets":
+        """One (n_i, 4) xyxy pixel array and (n_i,) class array per image. With ``bucket`` the
+        padding goes up to the next power of two (at least 8), so that a compiled loss sees a
+        handful of shapes over a run instead of one per batch; padding rows change nothing."""
         most = max((len(b) for b in boxes), default=0)
+        if bucket:
+            most = max(8, 1 << max(most - 1, 0).bit_length())
         padded = np.zeros((len(boxes), most, 4), np.float32)
         ids = np.zeros((len(boxes), most), np.int32)
         for i, (b, c) in enumerate(zip(boxes, classes)):
