@@ -34,7 +34,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .. import distributed
+from .. import distributed, env
 from ..device import backend, compile_enabled, use_kernels
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
@@ -388,10 +388,11 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                               total=distributed.all_sum if world > 1 else None, batch_size=whole)
 
     # Data-parallel steps stay eager: a compiled step around the processes' sums is untested.
-    step_fn = _step_function(net, loss_fn, compiled=compiled and world == 1)
-    if compiled and world == 1 and backend() == "cuda":
-        log("note: the first step compiles the training step's GPU code: minutes the first time on this machine "
-            "(MLX caches it), seconds afterwards; MLXNET_COMPILE=off trains uncompiled, about twice as slow a step")
+    step_compiled = compile_step() and world == 1
+    step_fn = _step_function(net, loss_fn, compiled=step_compiled)
+    if step_compiled and backend() == "cuda":
+        log("note: MLXNET_COMPILE=on: the first step compiles the training step's GPU code, minutes the first "
+            "time on this machine (MLX caches it)")
     validator = Validator(variant, nc, names)
     steps_done = progress.epoch * nb
     while progress.epoch < cfg.epochs:
@@ -483,12 +484,21 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
 
 
 def compile_training() -> bool:
-    """Whether the training step (forward, loss and backward), the optimizer update and the EMA
-    run compiled: where models compile their forward (:func:`mlxnet.device.compile_enabled`, by
-    default on GPUs). Compiling fuses the step's elementwise chains and replays its graph
-    instead of building it op by op from Python, which halves a small model's step on a GPU; on
-    MLX's CUDA build the fused kernels are compiled once per machine (MLX keeps them in its
-    PTX cache), so a first run there spends minutes before its first step."""
+    """Whether the optimizer update and the EMA run compiled (one fused pass over the weights
+    instead of a dozen kernels per parameter): where models compile their forward
+    (:func:`mlxnet.device.compile_enabled`, by default on GPUs)."""
+    return compile_enabled()
+
+
+def compile_step() -> bool:
+    """Whether the training step itself (forward, loss, backward) runs compiled, which fuses its
+    elementwise chains and replays its graph instead of building it op by op from Python: half
+    a small model's step time on a GPU. By default where models compile, except on MLX's CUDA
+    build, whose run-time compiler takes seconds per fused kernel, minutes for a step's hundred
+    on the first run on a machine (MLX caches them afterwards); there it is the user's choice,
+    ``MLXNET_COMPILE=on``, as for the commands (:mod:`mlxnet.commands.quick_start`)."""
+    if backend() == "cuda" and env.switch("MLXNET_COMPILE") == "auto":
+        return False
     return compile_enabled()
 
 
