@@ -60,6 +60,8 @@ def finished(data, tmp_path_factory) -> Path:
 def test_a_run_writes_results_and_checkpoints_the_commands_load(finished, data, tmp_path):
     rows = list(csv.DictReader((finished / "results.csv").read_text().splitlines()))
     assert [int(r["epoch"]) for r in rows] == [1, 2]
+    times = [float(r["time"]) for r in rows]  # ultralytics' meaning: seconds since the run began
+    assert 0 < times[0] < times[1]
     for r in rows:
         for key in ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/mAP50-95(B)", "lr/pg0"):
             assert np.isfinite(float(r[key])), key
@@ -106,7 +108,10 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(data, tmp_path):
     assert whole.keys() == again.keys()
     for key in whole:
         np.testing.assert_allclose(np.array(again[key]), np.array(whole[key]), rtol=1e-5, atol=1e-6, err_msg=key)
-    assert len(list(csv.DictReader((cut / "results.csv").read_text().splitlines()))) == 3
+    resumed_rows = list(csv.DictReader((cut / "results.csv").read_text().splitlines()))
+    assert len(resumed_rows) == 3
+    times = [float(r["time"]) for r in resumed_rows]
+    assert times == sorted(times), "a resumed run's time goes on from the saved one"
 
 
 def test_a_loss_that_is_not_finite_stops_the_run_and_keeps_best(data, tmp_path, monkeypatch):
