@@ -60,9 +60,10 @@ STAGED_MIN_WORK = 2 * 640 * 640 * 64 ** 2
 class Conv(nn.Module):
     """Conv2d (no bias, 'same' padding) + BatchNorm + SiLU; ``fold_bn`` keeps a biased conv only."""
 
-    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, act: bool = True, fold_bn: bool = False) -> None:
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, act: bool = True, fold_bn: bool = False,
+                 g: int = 1) -> None:
         super().__init__()
-        self.conv = Conv2d(c1, c2, k, s, padding=k // 2, bias=fold_bn)
+        self.conv = Conv2d(c1, c2, k, s, padding=k // 2, groups=g, bias=fold_bn)
         if not fold_bn:
             self.bn = nn.BatchNorm(c2, eps=BN_EPS)
         self.act = act
@@ -76,7 +77,8 @@ class Conv(nn.Module):
         if isinstance(x, (list, tuple)):
             x = ops.pointwise_conv_of_concat(x, conv.weight, bias, activation=activation)
         else:
-            x = ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, activation=activation)
+            x = ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, groups=conv.groups,
+                           activation=activation)
         if "bn" in self:
             return batch_norm_act(self.bn, x, "silu" if self.act else None)
         return x
@@ -90,12 +92,15 @@ class Conv(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """Two 3x3 Convs, with a residual connection when ``shortcut`` (and shapes agree)."""
+    """Two Convs (kernels ``k``, hidden channels ``c2 · e``), with a residual connection when
+    ``shortcut`` (and shapes agree)."""
 
-    def __init__(self, c1: int, c2: int, shortcut: bool = True, fold_bn: bool = False) -> None:
+    def __init__(self, c1: int, c2: int, shortcut: bool = True, fold_bn: bool = False,
+                 k: tuple[int, int] = (3, 3), e: float = 1.0) -> None:
         super().__init__()
-        self.cv1 = Conv(c1, c2, 3, fold_bn=fold_bn)
-        self.cv2 = Conv(c2, c2, 3, fold_bn=fold_bn)
+        hidden = int(c2 * e)
+        self.cv1 = Conv(c1, hidden, k[0], fold_bn=fold_bn)
+        self.cv2 = Conv(hidden, c2, k[1], fold_bn=fold_bn)
         self.add = shortcut and c1 == c2
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -107,9 +112,10 @@ class C2f(nn.Module):
     """CSP bottleneck, 'faster' variant: split cv1's output in two, chain n bottlenecks on the
     second half, and fuse every intermediate (2 + n halves) with a 1x1 conv."""
 
-    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False, fold_bn: bool = False) -> None:
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False, fold_bn: bool = False,
+                 e: float = 0.5) -> None:
         super().__init__()
-        self.c = c2 // 2
+        self.c = int(c2 * e)
         self.cv1 = Conv(c1, 2 * self.c, 1, fold_bn=fold_bn)
         self.cv2 = Conv((2 + n) * self.c, c2, 1, fold_bn=fold_bn)
         self.m = [Bottleneck(self.c, self.c, shortcut, fold_bn=fold_bn) for _ in range(n)]
@@ -125,17 +131,21 @@ class C2f(nn.Module):
 
 
 class SPPF(nn.Module):
-    """Spatial pyramid pooling, fast: 5x5 max pools chained three times (one fused op here)."""
+    """Spatial pyramid pooling, fast: 5x5 max pools chained three times (one fused op here).
+    YOLO26's variant leaves cv1 without its SiLU (``act``) and adds the input back
+    (``shortcut``)."""
 
-    def __init__(self, c1: int, c2: int, fold_bn: bool = False) -> None:
+    def __init__(self, c1: int, c2: int, fold_bn: bool = False, act: bool = True, shortcut: bool = False) -> None:
         super().__init__()
         c_ = c1 // 2
-        self.cv1 = Conv(c1, c_, 1, fold_bn=fold_bn)  # SiLU: YOLOv8 predates YOLO26's unactivated cv1
+        self.cv1 = Conv(c1, c_, 1, act=act, fold_bn=fold_bn)
         self.cv2 = Conv(4 * c_, c2, 1, fold_bn=fold_bn)
+        self.add = shortcut and c1 == c2
 
     def __call__(self, x: mx.array) -> mx.array:
-        x = self.cv1(x)
-        return self.cv2([x, *ops.sppf_pool(x)])
+        y = self.cv1(x)
+        y = self.cv2([y, *ops.sppf_pool(y)])
+        return x + y if self.add else y
 
 
 class Upsample(nn.Module):
@@ -171,38 +181,53 @@ class DFL(nn.Module):
 
 
 class Detect(nn.Module):
-    """Decoupled head: per level a box branch (cv2, 4 x 16 DFL logits) and a class branch (cv3).
+    """Decoupled head: per level a box branch (cv2, 4 x ``reg_max`` distance logits) and a class
+    branch (cv3).
+
+    YOLO11 and later (``legacy=False``) build the class branch from depthwise + pointwise convs;
+    YOLO26 predicts each side's distance directly (``reg_max=1``, no DFL) and carries a second,
+    one-to-one head (``end2end``: ``one2one_cv2``, ``one2one_cv3``) trained to need no NMS.
 
     Returns (N, A, 4 + nc) in float32: xywh boxes in input pixels, then class probabilities,
     anchors ordered level by level, row-major within a level (ultralytics' (N, 4 + nc, A),
-    transposed to NLC).
+    transposed to NLC), from the one-to-many head (ultralytics' default, ``nms=None``).
     """
 
-    def __init__(self, nc: int, ch: Sequence[int], fold_bn: bool = False) -> None:
+    def __init__(self, nc: int, ch: Sequence[int], fold_bn: bool = False, reg_max: int = REG_MAX,
+                 legacy: bool = True, end2end: bool = False) -> None:
         super().__init__()
-        self.nc = nc
-        c2, c3 = max(16, ch[0] // 4, REG_MAX * 4), max(ch[0], min(nc, 100))
-        self.cv2 = [[Conv(x, c2, 3, fold_bn=fold_bn), Conv(c2, c2, 3, fold_bn=fold_bn), Conv2d(c2, 4 * REG_MAX, 1)]
-                    for x in ch]
-        self.cv3 = [[Conv(x, c3, 3, fold_bn=fold_bn), Conv(c3, c3, 3, fold_bn=fold_bn), Conv2d(c3, nc, 1)]
-                    for x in ch]
-        self.dfl = DFL(REG_MAX)
+        self.nc, self.reg_max = nc, reg_max
+        c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
+
+        def box_branch(x: int) -> list:
+            return [Conv(x, c2, 3, fold_bn=fold_bn), Conv(c2, c2, 3, fold_bn=fold_bn), Conv2d(c2, 4 * reg_max, 1)]
+
+        def cls_branch(x: int) -> list:
+            if legacy:
+                return [Conv(x, c3, 3, fold_bn=fold_bn), Conv(c3, c3, 3, fold_bn=fold_bn), Conv2d(c3, nc, 1)]
+            return [[Conv(x, x, 3, g=x, fold_bn=fold_bn), Conv(x, c3, 1, fold_bn=fold_bn)],
+                    [Conv(c3, c3, 3, g=c3, fold_bn=fold_bn), Conv(c3, c3, 1, fold_bn=fold_bn)],
+                    Conv2d(c3, nc, 1)]
+        self.cv2 = [box_branch(x) for x in ch]
+        self.cv3 = [cls_branch(x) for x in ch]
+        if end2end:
+            self.one2one_cv2 = [box_branch(x) for x in ch]
+            self.one2one_cv3 = [cls_branch(x) for x in ch]
+        if reg_max > 1:
+            self.dfl = DFL(reg_max)
 
     def __call__(self, feats: Sequence[mx.array]) -> mx.array:
         maps = [m for level in self.branches(feats) for m in level]
-        return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
+        if self.reg_max > 1:
+            return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
+        return direct_decode(maps, STRIDES)
 
-    def branches(self, feats: Sequence[mx.array]) -> list[tuple[mx.array, mx.array]]:
-        """Per level: the box branch's bin logits (N, H, W, 4·16) and the class branch's logits."""
-        out = []
-        for x, box_branch, cls_branch in zip(feats, self.cv2, self.cv3):
-            b, s = x, x
-            for layer in box_branch:
-                b = layer(b)
-            for layer in cls_branch:
-                s = layer(s)
-            out.append((b, s))
-        return out
+    def branches(self, feats: Sequence[mx.array], one2one: bool = False) -> list[tuple[mx.array, mx.array]]:
+        """Per level: the box branch's logits (N, H, W, 4·reg_max) and the class branch's
+        logits, of the one-to-many head or (``one2one``) the one-to-one head."""
+        boxes, classes = (self.one2one_cv2, self.one2one_cv3) if one2one else (self.cv2, self.cv3)
+        return [(_chain(box_branch, x), _chain(cls_branch, x))
+                for x, box_branch, cls_branch in zip(feats, boxes, classes)]
 
     def raw(self, feats: Sequence[mx.array]) -> mx.array:
         """The undecoded outputs training reads: (N, A, 4·16 + nc), each anchor's box-bin logits
@@ -210,6 +235,32 @@ class Detect(nn.Module):
         rows = [mx.concatenate([b, s], axis=-1).reshape(b.shape[0], b.shape[1] * b.shape[2], -1)
                 for b, s in self.branches(feats)]
         return mx.concatenate(rows, axis=1)
+
+
+def _chain(layers: Sequence, x: mx.array) -> mx.array:
+    """Apply ``layers`` in order; a nested list is a sub-chain (ultralytics' nested Sequential)."""
+    for layer in layers:
+        x = _chain(layer, x) if isinstance(layer, list) else layer(x)
+    return x
+
+
+def direct_decode(maps: Sequence[mx.array], strides: Sequence[int], xywh: bool = True) -> mx.array:
+    """Decode a head that predicts each side's distance directly (YOLO26, ``reg_max=1``):
+    ``maps`` level by level the distances (N, H, W, 4) and class logits (N, H, W, nc). Returns
+    (N, A, 4 + nc) float32: xywh (or xyxy) in input pixels, then class probabilities."""
+    n = maps[0].shape[0]
+    dists, logits, points, scale = [], [], [], []
+    for (box, cls), s in zip(zip(maps[0::2], maps[1::2]), strides):
+        h, w = box.shape[1:3]
+        ys, xs = mx.meshgrid(mx.arange(h, dtype=mx.float32) + 0.5, mx.arange(w, dtype=mx.float32) + 0.5, indexing="ij")
+        points.append(mx.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1))
+        scale.append(mx.full((h * w, 1), float(s)))
+        dists.append(box.reshape(n, h * w, 4).astype(mx.float32))
+        logits.append(cls.reshape(n, h * w, -1).astype(mx.float32))
+    p, d, st = mx.concatenate(points), mx.concatenate(dists, axis=1), mx.concatenate(scale)
+    lo, hi = p - d[..., :2], p + d[..., 2:]
+    box = mx.concatenate([(lo + hi) / 2, hi - lo] if xywh else [lo, hi], axis=-1) * st
+    return mx.concatenate([box, mx.sigmoid(mx.concatenate(logits, axis=1))], axis=-1)
 
 
 def _check_input(x: mx.array) -> None:

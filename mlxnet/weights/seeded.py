@@ -34,15 +34,18 @@ def seeded_state_dict(shapes: Iterable[tuple[str, tuple[int, ...]]], seed: int) 
 
 def seeded_yolo_state(shapes: Iterable[tuple[str, tuple[int, ...]]], seed: int, bn_gain: float,
                       head_gain: float) -> dict[str, np.ndarray]:
-    """:func:`seeded_state_dict` for a YOLOv8 (ultralytics keys), made to give spread-out
-    outputs: the DFL conv at its fixed 0..15 ramp, BatchNorm scales × ``bn_gain`` and the
-    head's two output convs × ``head_gain``. With plain seeded tensors the features shrink layer
-    by layer and every score sits within 1e-6 of 0.5, so NMS order would hinge on rounding."""
+    """:func:`seeded_state_dict` for an ultralytics YOLO (its keys), made to give spread-out
+    outputs: a DFL conv at its fixed 0..bins-1 ramp, BatchNorm scales × ``bn_gain`` and the
+    head's output convs (both heads' of an end-to-end model) × ``head_gain``. With plain seeded
+    tensors the features shrink layer by layer and every score sits within 1e-6 of 0.5, so NMS
+    order would hinge on rounding."""
     state = seeded_state_dict(shapes, seed)
-    state["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
     for k in state:
-        if k.endswith(".bn.weight"):
+        if re.fullmatch(r"model\.\d+\.dfl\.conv\.weight", k):
+            bins = state[k].shape[1]
+            state[k] = np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1)
+        elif k.endswith(".bn.weight"):
             state[k] = state[k] * np.float32(bn_gain)
-        elif re.fullmatch(r"model\.22\.cv[23]\.\d\.2\.weight", k):
+        elif re.fullmatch(r"model\.\d+\.(one2one_)?cv[23]\.\d\.2\.weight", k):
             state[k] = state[k] * np.float32(head_gain)
     return state

@@ -1,0 +1,400 @@
+"""One builder for ultralytics' YOLO detectors: the network from the architecture a checkpoint
+carries (the model yaml an ultralytics ``.pt`` stores), or from a family's own (YOLOv8, YOLO11,
+YOLO26), at any scale n-x.
+
+An architecture is ultralytics' list of rows ``[from, repeats, module, args]`` with its
+``scales`` (depth, width, max channels): the builder reads it as ultralytics' parser does
+(repeats scaled by depth, channels by width and capped, C3k2's C3k blocks for m/l/x, the
+legacy class branch for families before YOLO11, the un-activated SPPF of YOLO26), so a
+checkpoint's keys (``model.23.cv3.0.0.0.conv.weight``) are the network's parameter names.
+
+    net = build(ARCHITECTURES["yolo11"], scale="s", nc=80)
+    y = net(x)   # (N, A, 4 + nc): xywh in input pixels, class probabilities (before NMS)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import yaml
+
+from mlxnet import ops
+from mlxnet.errors import MlxnetError
+
+from .yolo import (STRIDES, Bottleneck, C2f, Concat, Conv, Detect, SPPF, Upsample, _chain, _check_input,
+                   _make_divisible, direct_decode)
+
+
+# --- the blocks YOLO11 and YOLO26 add to YOLOv8's ---------------------------------------------
+
+class C3(nn.Module):
+    """CSP bottleneck with three convs: two 1x1 branches, bottlenecks on the first, fused by cv3."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = True, e: float = 0.5, k: int = 3,
+                 fold_bn: bool = False) -> None:
+        super().__init__()
+        c_ = int(c2 * e)
+        self.cv1 = Conv(c1, c_, 1, fold_bn=fold_bn)
+        self.cv2 = Conv(c1, c_, 1, fold_bn=fold_bn)
+        self.cv3 = Conv(2 * c_, c2, 1, fold_bn=fold_bn)
+        self.m = [Bottleneck(c_, c_, shortcut, fold_bn=fold_bn, k=(k, k)) for _ in range(n)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.cv3([_chain(self.m, self.cv1(x)), self.cv2(x)])
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention over a map's positions, keys half a head wide, plus a depthwise
+    3x3 positional term on the values."""
+
+    def __init__(self, dim: int, num_heads: int, attn_ratio: float = 0.5, fold_bn: bool = False) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.key_dim = int(self.head_dim * attn_ratio)
+        self.qkv = Conv(dim, dim + 2 * self.key_dim * num_heads, 1, act=False, fold_bn=fold_bn)
+        self.proj = Conv(dim, dim, 1, act=False, fold_bn=fold_bn)
+        self.pe = Conv(dim, dim, 3, g=dim, act=False, fold_bn=fold_bn)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        n, h, w, c = x.shape
+        kd = self.key_dim
+        # Channels are grouped per head: [q (kd), k (kd), v (head_dim)] for each head in turn.
+        qkv = self.qkv(x).reshape(n, h * w, self.num_heads, 2 * kd + self.head_dim).transpose(0, 2, 1, 3)
+        q, k, v = qkv[..., :kd], qkv[..., kd:2 * kd], qkv[..., 2 * kd:]
+        out = ops.scaled_dot_product_attention(q, k, v, scale=kd ** -0.5)
+        merge = lambda t: t.transpose(0, 2, 1, 3).reshape(n, h, w, c)  # noqa: E731
+        return self.proj(merge(out) + self.pe(merge(v)))
+
+
+class PSABlock(nn.Module):
+    """Attention then a 2x feed-forward of 1x1 convs, each added to its input."""
+
+    def __init__(self, c: int, attn_ratio: float = 0.5, num_heads: int = 4, fold_bn: bool = False) -> None:
+        super().__init__()
+        self.attn = Attention(c, num_heads, attn_ratio, fold_bn=fold_bn)
+        self.ffn = [Conv(c, 2 * c, 1, fold_bn=fold_bn), Conv(2 * c, c, 1, act=False, fold_bn=fold_bn)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = x + self.attn(x)
+        return x + _chain(self.ffn, x)
+
+
+class C2PSA(nn.Module):
+    """Split a 1x1 conv's output in two, run PSA blocks on the second half, fuse both halves."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, e: float = 0.5, fold_bn: bool = False) -> None:
+        super().__init__()
+        if c1 != c2:
+            raise MlxnetError(f"C2PSA keeps its width: got {c1} channels in, {c2} out")
+        self.c = int(c1 * e)
+        self.cv1 = Conv(c1, 2 * self.c, 1, fold_bn=fold_bn)
+        self.cv2 = Conv(2 * self.c, c1, 1, fold_bn=fold_bn)
+        self.m = [PSABlock(self.c, 0.5, max(self.c // 64, 1), fold_bn=fold_bn) for _ in range(n)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = self.cv1(x)
+        return self.cv2([y[..., :self.c], _chain(self.m, y[..., self.c:])])
+
+
+class C3k2(C2f):
+    """C2f whose blocks are plain bottlenecks (half-width), C3k blocks (``c3k``), or a bottleneck
+    followed by a PSA block (``attn``, YOLO26's last neck stage)."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, c3k: bool = False, e: float = 0.5, attn: bool = False,
+                 shortcut: bool = True, fold_bn: bool = False) -> None:
+        super().__init__(c1, c2, n, shortcut, fold_bn=fold_bn, e=e)
+        c = self.c
+        if attn:
+            self.m = [[Bottleneck(c, c, shortcut, fold_bn=fold_bn, e=0.5),
+                       PSABlock(c, 0.5, max(c // 64, 1), fold_bn=fold_bn)] for _ in range(n)]
+        elif c3k:
+            self.m = [C3(c, c, 2, shortcut, fold_bn=fold_bn) for _ in range(n)]
+        else:
+            self.m = [Bottleneck(c, c, shortcut, fold_bn=fold_bn, e=0.5) for _ in range(n)]
+
+    def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
+        a = self.cv1(x)
+        parts, last = [a], a[..., self.c:]
+        for block in self.m:
+            last = _chain(block, last) if isinstance(block, list) else block(last)
+            parts.append(last)
+        return self.cv2(parts)
+
+
+# --- the families' own architectures (ultralytics' yaml files, their facts) -------------------
+
+_YOLOV8 = """
+scales: {n: [0.33, 0.25, 1024], s: [0.33, 0.50, 1024], m: [0.67, 0.75, 768], l: [1.00, 1.00, 512],
+         x: [1.00, 1.25, 512]}
+backbone:
+  - [-1, 1, Conv, [64, 3, 2]]
+  - [-1, 1, Conv, [128, 3, 2]]
+  - [-1, 3, C2f, [128, True]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [-1, 6, C2f, [256, True]]
+  - [-1, 1, Conv, [512, 3, 2]]
+  - [-1, 6, C2f, [512, True]]
+  - [-1, 1, Conv, [1024, 3, 2]]
+  - [-1, 3, C2f, [1024, True]]
+  - [-1, 1, SPPF, [1024, 5]]
+head:
+  - [-1, 1, nn.Upsample, [None, 2, nearest]]
+  - [[-1, 6], 1, Concat, [1]]
+  - [-1, 3, C2f, [512]]
+  - [-1, 1, nn.Upsample, [None, 2, nearest]]
+  - [[-1, 4], 1, Concat, [1]]
+  - [-1, 3, C2f, [256]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [[-1, 12], 1, Concat, [1]]
+  - [-1, 3, C2f, [512]]
+  - [-1, 1, Conv, [512, 3, 2]]
+  - [[-1, 9], 1, Concat, [1]]
+  - [-1, 3, C2f, [1024]]
+  - [[15, 18, 21], 1, Detect, [nc]]
+"""
+
+_YOLO11_BACKBONE = """
+  - [-1, 1, Conv, [64, 3, 2]]
+  - [-1, 1, Conv, [128, 3, 2]]
+  - [-1, 2, C3k2, [256, False, 0.25]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [-1, 2, C3k2, [512, False, 0.25]]
+  - [-1, 1, Conv, [512, 3, 2]]
+  - [-1, 2, C3k2, [512, True]]
+  - [-1, 1, Conv, [1024, 3, 2]]
+  - [-1, 2, C3k2, [1024, True]]
+"""
+
+_YOLO11 = """
+scales: {n: [0.50, 0.25, 1024], s: [0.50, 0.50, 1024], m: [0.50, 1.00, 512], l: [1.00, 1.00, 512],
+         x: [1.00, 1.50, 512]}
+backbone:""" + _YOLO11_BACKBONE + """
+  - [-1, 1, SPPF, [1024, 5]]
+  - [-1, 2, C2PSA, [1024]]
+head:
+  - [-1, 1, nn.Upsample, [None, 2, nearest]]
+  - [[-1, 6], 1, Concat, [1]]
+  - [-1, 2, C3k2, [512, False]]
+  - [-1, 1, nn.Upsample, [None, 2, nearest]]
+  - [[-1, 4], 1, Concat, [1]]
+  - [-1, 2, C3k2, [256, False]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [[-1, 13], 1, Concat, [1]]
+  - [-1, 2, C3k2, [512, False]]
+  - [-1, 1, Conv, [512, 3, 2]]
+  - [[-1, 10], 1, Concat, [1]]
+  - [-1, 2, C3k2, [1024, True]]
+  - [[16, 19, 22], 1, Detect, [nc]]
+"""
+
+_YOLO26 = """
+end2end: true
+reg_max: 1
+scales: {n: [0.50, 0.25, 1024], s: [0.50, 0.50, 1024], m: [0.50, 1.00, 512], l: [1.00, 1.00, 512],
+         x: [1.00, 1.50, 512]}
+backbone:""" + _YOLO11_BACKBONE + """
+  - [-1, 1, SPPF, [1024, 5, 3, True]]
+  - [-1, 2, C2PSA, [1024]]
+head:
+  - [-1, 1, nn.Upsample, [None, 2, nearest]]
+  - [[-1, 6], 1, Concat, [1]]
+  - [-1, 2, C3k2, [512, True]]
+  - [-1, 1, nn.Upsample, [None, 2, nearest]]
+  - [[-1, 4], 1, Concat, [1]]
+  - [-1, 2, C3k2, [256, True]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [[-1, 13], 1, Concat, [1]]
+  - [-1, 2, C3k2, [512, True]]
+  - [-1, 1, Conv, [512, 3, 2]]
+  - [[-1, 10], 1, Concat, [1]]
+  - [-1, 1, C3k2, [1024, True, 0.5, True]]
+  - [[16, 19, 22], 1, Detect, [nc]]
+"""
+
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    name: {"nc": 80, **yaml.safe_load(text)} for name, text in
+    (("yolov8", _YOLOV8), ("yolo11", _YOLO11), ("yolo26", _YOLO26))
+}
+
+
+# --- the builder -----------------------------------------------------------------------------
+
+class Parts(list):
+    """A Concat row's output: its parts, concatenated along channels only where a reader needs
+    the whole map (a C2f or C3k2 reads them in place through its first 1x1 conv)."""
+
+
+_READS_PARTS = (C2f, C3)
+
+
+class YOLONet(nn.Module):
+    """A detector built from an ultralytics architecture; parameters in ``model`` (the rows)."""
+
+    def __init__(self, arch: dict[str, Any], scale: str | None = None, nc: int | None = None,
+                 fold_bn: bool = False) -> None:
+        super().__init__()
+        # Underscored: MLX leaves these out of the parameter tree.
+        self._arch = arch
+        self.nc = int(nc if nc is not None else arch.get("nc", 80))
+        self.model, self._sources, self.scale = _build(arch, scale, self.nc, fold_bn)
+        self.eval()
+
+    @property
+    def head(self) -> Detect:
+        return self.model[-1]
+
+    def features(self, x: mx.array) -> list[mx.array]:
+        """The maps the head reads (strides 8, 16, 32)."""
+        _check_input(x)
+        outputs: list[Any] = []
+        for i, (layer, source) in enumerate(zip(self.model[:-1], self._sources[:-1])):
+            if i == 0:
+                y = layer(x)
+            elif isinstance(layer, Concat):
+                y = Parts(p for s in source for p in _as_parts(outputs[s]))
+            else:
+                y = outputs[source]
+                if isinstance(y, Parts) and not isinstance(layer, _READS_PARTS):
+                    y = mx.concatenate(y, axis=-1)
+                y = layer(y)
+            outputs.append(y)
+        return [outputs[s] for s in self._sources[-1]]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS (the
+        one-to-many head: ultralytics' default)."""
+        return self.head(self.features(x))
+
+    def head_outputs(self, x: mx.array, one2one: bool = False) -> list[tuple[mx.array, mx.array]]:
+        """Per level the head's raw box and class logits (NHWC)."""
+        return self.head.branches(self.features(x), one2one=one2one)
+
+    def end2end(self, x: mx.array, max_det: int = 300) -> mx.array:
+        """An end-to-end model's NMS-free detections (ultralytics' ``nms=False``): the one-to-one
+        head's best ``max_det`` (anchor, class) pairs, (N, K, 6): xyxy in input pixels, score,
+        class, best first. The anchors are first cut to the K with the best class score, as
+        ultralytics does."""
+        if not hasattr(self.head, "one2one_cv2"):
+            raise MlxnetError("this model has no one-to-one head (only YOLO26-style end-to-end models do)")
+        maps = [m for level in self.head_outputs(x, one2one=True) for m in level]
+        decoded = direct_decode(maps, STRIDES, xywh=False)
+        boxes, scores = decoded[..., :4], decoded[..., 4:]
+        n, anchors, nc = scores.shape
+        k = min(max_det, anchors)
+        best = mx.argsort(-scores.max(axis=-1), axis=-1)[:, :k]                       # (N, K) anchors
+        scores = mx.take_along_axis(scores, best[..., None], axis=1).reshape(n, k * nc)
+        order = mx.argsort(-scores, axis=-1)[:, :k]                                    # (N, K) pairs
+        anchor = mx.take_along_axis(best, order // nc, axis=1)
+        picked = mx.take_along_axis(boxes, anchor[..., None], axis=1)
+        top = mx.take_along_axis(scores, order, axis=1)
+        return mx.concatenate([picked, top[..., None], (order % nc).astype(mx.float32)[..., None]], axis=-1)
+
+    def train_outputs(self, x: mx.array) -> mx.array:
+        return self.head.raw(self.features(x))
+
+    def fuse(self) -> "YOLONet":
+        """Fold every BatchNorm into its conv (inference only)."""
+        for _, module in self.named_modules():
+            if isinstance(module, Conv):
+                module.fuse()
+        return self
+
+
+def _as_parts(y: Any) -> list[mx.array]:
+    return list(y) if isinstance(y, Parts) else [y]
+
+
+def build(arch: dict[str, Any], scale: str | None = None, nc: int | None = None, fold_bn: bool = False) -> YOLONet:
+    """The network of ``arch`` (an ultralytics model yaml as a dict) at ``scale``."""
+    return YOLONet(arch, scale, nc, fold_bn)
+
+
+def _build(arch: dict[str, Any], scale: str | None, nc: int, fold_bn: bool) -> tuple[list, list, str | None]:
+    scales = arch.get("scales") or {}
+    scale = scale or arch.get("scale") or (next(iter(scales)) if scales else None)
+    if scales:
+        if scale not in scales:
+            raise MlxnetError(f"unknown scale {scale!r}: the architecture has {', '.join(scales)}")
+        depth, width, max_channels = scales[scale]
+    else:
+        depth, width, max_channels = arch.get("depth_multiple", 1.0), arch.get("width_multiple", 1.0), math.inf
+    reg_max, end2end = int(arch.get("reg_max", 16)), bool(arch.get("end2end", False))
+    rows = list(arch.get("backbone", [])) + list(arch.get("head", []))
+    legacy = not any(row[2] == "C3k2" for row in rows)  # ultralytics: YOLO11's blocks mean the new head
+    channels: list[int] = []
+    layers, sources = [], []
+
+    def width_of(c: int) -> int:
+        return _make_divisible(min(c, max_channels) * width, 8)
+
+    for i, row in enumerate(rows):
+        try:
+            source, repeats, kind, args = row
+        except (TypeError, ValueError):
+            raise MlxnetError(f"architecture row {i}: expected [from, repeats, module, args], got {row!r}") from None
+        source = [s if s >= 0 else i + s for s in source] if isinstance(source, list) else (
+            source if source >= 0 else i + source)
+        c_in = channels[source] if isinstance(source, int) and i > 0 else 3
+        n = max(round(repeats * depth), 1) if repeats > 1 else repeats
+        f = fold_bn
+        if kind == "Conv":
+            c2 = width_of(args[0])
+            k, s = (args + [1, 1])[1:3]
+            layer = Conv(c_in, c2, k, s, fold_bn=f)
+        elif kind == "C2f":
+            c2 = width_of(args[0])
+            layer = C2f(c_in, c2, n, bool(args[1]) if len(args) > 1 else False, fold_bn=f,
+                        e=args[2] if len(args) > 2 else 0.5)
+        elif kind == "C3k2":
+            c2 = width_of(args[0])
+            c3k = bool(args[1]) if len(args) > 1 else False
+            if scale in ("m", "l", "x"):
+                c3k = True
+            layer = C3k2(c_in, c2, n, c3k, args[2] if len(args) > 2 else 0.5,
+                         bool(args[3]) if len(args) > 3 else False, fold_bn=f)
+        elif kind == "SPPF":
+            c2 = width_of(args[0])
+            if (args + [5])[1] != 5 or (len(args) > 2 and args[2] != 3):
+                raise MlxnetError(f"architecture row {i}: SPPF with kernel {args[1]} / {args[2:3]} pools is not "
+                                  "supported (5x5, 3 pools)")
+            # Rows of three arguments or fewer predate YOLO26's un-activated cv1.
+            layer = SPPF(c_in, c2, fold_bn=f, act=len(args) <= 2, shortcut=bool(args[3]) if len(args) > 3 else False)
+        elif kind == "C2PSA":
+            c2 = width_of(args[0])
+            layer = C2PSA(c_in, c2, n, args[1] if len(args) > 1 else 0.5, fold_bn=f)
+        elif kind == "nn.Upsample":
+            if args[1:2] != [2] or (len(args) > 2 and args[2] != "nearest"):
+                raise MlxnetError(f"architecture row {i}: only nearest x2 upsampling is supported, got {args}")
+            c2, layer = c_in, Upsample()
+        elif kind == "Concat":
+            c2, layer = sum(channels[s] for s in source), Concat()
+        elif kind == "Detect":
+            if i != len(rows) - 1:
+                raise MlxnetError(f"architecture row {i}: Detect must be the last row")
+            c2, layer = 0, Detect(nc, [channels[s] for s in source], fold_bn=f, reg_max=reg_max, legacy=legacy,
+                                  end2end=end2end)
+        else:
+            raise MlxnetError(f"architecture row {i}: module {kind!r} is not one mlxnet builds "
+                              "(Conv, C2f, C3k2, SPPF, C2PSA, nn.Upsample, Concat, Detect)")
+        if repeats > 1 and kind not in ("C2f", "C3k2", "C2PSA"):
+            raise MlxnetError(f"architecture row {i}: {kind} repeated {repeats} times is not supported")
+        layers.append(layer)
+        sources.append(source)
+        channels.append(c2)
+    if not layers or not isinstance(layers[-1], Detect):
+        raise MlxnetError("the architecture has no Detect head as its last row")
+    return layers, sources, scale
+
+
+def torch_state_to_mlx(state: dict[str, Any]) -> dict[str, mx.array]:
+    """An ultralytics state dict (PyTorch layouts) as this network's parameters: conv weights
+    OIHW -> OHWI, BatchNorm step counters dropped."""
+    out = {}
+    for key, value in state.items():
+        if key.endswith("num_batches_tracked"):
+            continue
+        a = mx.array(value)
+        out[key] = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+    return out

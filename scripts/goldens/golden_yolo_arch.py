@@ -1,0 +1,80 @@
+"""Golden outputs for the YOLO architecture builder (YOLOv8, YOLO11, YOLO26 detection), from
+ultralytics 8.4 itself: each model built by ultralytics from its own yaml, given seeded weights
+(mlxnet/weights/seeded.py's seeded_yolo_state, seed 1234), run on one seeded input.
+
+    python scripts/goldens/golden_yolo_arch.py OUTDIR
+
+Writes OUTDIR/golden.safetensors and OUTDIR/golden.json (per model: the yaml dict ultralytics
+built from, which mlxnet builds from too, and the gains):
+
+  input                       (1, 3, 128, 160) float32 in [0, 1]
+  <model>.boxes / .scores     the one-to-many head's raw outputs (1, 4·reg_max, A), (1, nc, A)
+  <model>.o2o.boxes / .scores the one-to-one head's, for end-to-end models (YOLO26)
+  <model>.out                 the eval forward's output as ultralytics' predictor runs it by default
+                              (nms=None, so YOLO26 too decodes its one-to-many head for NMS):
+                              (1, 4 + nc, A) xywh + scores
+  <model>.e2e                 an end-to-end model's NMS-free output (nms=False): its one-to-one
+                              head's top 300 (1, 300, 6): xyxy, score, class
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/ultralytics-config")
+os.environ.setdefault("YOLO_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
+seeded = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(seeded)
+
+SEED = 1234
+MODELS = {"yolov8n": (1.0, 20.0), "yolo11n": (1.0, 20.0), "yolo11m": (1.0, 20.0), "yolo26n": (1.0, 20.0),
+          "yolo26m": (1.0, 20.0)}
+
+
+def main(out: Path) -> None:
+    import torch
+    from safetensors.numpy import save_file
+    from ultralytics.nn.tasks import DetectionModel
+
+    torch.manual_seed(0)
+    x = torch.rand(1, 3, 128, 160)
+    arrays, meta = {"input": x.numpy()}, {}
+    for name, (bn_gain, head_gain) in MODELS.items():
+        model = DetectionModel(f"{name}.yaml", verbose=False)
+        shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
+        w = seeded.seeded_yolo_state(shapes, SEED, bn_gain, head_gain)
+        missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()}, strict=False)
+        assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
+        model.eval()
+        with torch.no_grad():
+            y, preds = model(x)
+        heads = {"": preds} if "one2many" not in preds else {"": preds["one2many"], "o2o.": preds["one2one"]}
+        for prefix, p in heads.items():
+            arrays[f"{name}.{prefix}boxes"] = p["boxes"].numpy()
+            arrays[f"{name}.{prefix}scores"] = p["scores"].numpy()
+        arrays[f"{name}.out"] = y.numpy()
+        if "one2one" in preds:
+            model.end2end = True
+            with torch.no_grad():
+                arrays[f"{name}.e2e"] = model(x)[0].numpy()
+            model.end2end = False
+        meta[name] = {"yaml": model.yaml, "gains": [bn_gain, head_gain],
+                      "parameters": int(sum(v.numel() for v in model.parameters()))}
+        top = np.sort(arrays[f"{name}.out"][0, 4:].max(0))
+        print(name, tuple(y.shape), "top scores", top[-5:], file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items()}, str(out / "golden.safetensors"))
+    (out / "golden.safetensors").chmod(0o644)
+    (out / "golden.json").write_text(json.dumps(meta, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,116 @@
+"""The YOLO architecture builder against ultralytics 8.4 itself: YOLOv8, YOLO11 and YOLO26
+detectors built from the yaml ultralytics built them from, with the same seeded weights
+(tests/fixtures/yolo_arch, scripts/goldens/golden_yolo_arch.py): parameter counts, both heads'
+raw outputs, the decoded output, and YOLO26's NMS-free detections."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten, tree_unflatten
+
+from mlxnet.errors import MlxnetError
+from mlxnet.models.yolo_arch import ARCHITECTURES, build, torch_state_to_mlx
+from mlxnet.weights.seeded import seeded_yolo_state
+
+FIXTURES = Path(__file__).parent / "fixtures" / "yolo_arch"
+GOLD = mx.load(str(FIXTURES / "golden.safetensors"))
+META = json.loads((FIXTURES / "golden.json").read_text())
+MODELS = sorted(META)
+X = GOLD["input"].transpose(0, 2, 3, 1)
+
+
+def seeded_net(name: str, arch: dict | None = None, scale: str | None = None):
+    net = build(arch or META[name]["yaml"], scale)
+    shapes = [(k, (v.shape[0], v.shape[3], v.shape[1], v.shape[2]) if v.ndim == 4 else v.shape)
+              for k, v in tree_flatten(net.parameters())]
+    weights = torch_state_to_mlx(seeded_yolo_state(shapes, 1234, *META[name]["gains"]))
+    net.update(tree_unflatten(list(weights.items())))
+    return net
+
+
+def flat_head(maps):
+    """Per-level NHWC head maps as ultralytics' (N, C, A)."""
+    boxes = mx.concatenate([b.reshape(b.shape[0], -1, b.shape[-1]) for b, _ in maps], axis=1)
+    scores = mx.concatenate([s.reshape(s.shape[0], -1, s.shape[-1]) for _, s in maps], axis=1)
+    return np.array(boxes.transpose(0, 2, 1)), np.array(scores.transpose(0, 2, 1))
+
+
+def check_end2end(ours: np.ndarray, gold: np.ndarray, tol: float) -> None:
+    """Best first, the same scores; every row of ours is a row of the golden (ties may swap)."""
+    np.testing.assert_allclose(ours[..., 4], gold[..., 4], atol=tol)
+    for row in ours[0, :50]:
+        near = np.abs(gold[0, :, 4] - row[4]) <= tol
+        candidates = gold[0, near]
+        assert any(c[5] == row[5] and np.abs(c[:4] - row[:4]).max() <= 1e3 * tol for c in candidates), row
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request):
+    return request.param, seeded_net(request.param)
+
+
+def test_the_builder_reproduces_ultralytics_network(model):
+    name, net = model
+    counted = sum(v.size for k, v in tree_flatten(net.parameters()) if "running" not in k)
+    assert counted == META[name]["parameters"]
+    heads = {"": False, "o2o.": True} if f"{name}.o2o.boxes" in GOLD else {"": False}
+    for prefix, one2one in heads.items():
+        boxes, scores = flat_head(net.head_outputs(X, one2one=one2one))
+        np.testing.assert_allclose(boxes, np.array(GOLD[f"{name}.{prefix}boxes"]), atol=2e-5, rtol=1e-5)
+        np.testing.assert_allclose(scores, np.array(GOLD[f"{name}.{prefix}scores"]), atol=2e-5, rtol=1e-5)
+    out = np.array(net(X))
+    np.testing.assert_allclose(out, np.array(GOLD[f"{name}.out"]).transpose(0, 2, 1), atol=1e-3, rtol=1e-5)
+    if f"{name}.e2e" in GOLD:
+        check_end2end(np.array(net.end2end(X)), np.array(GOLD[f"{name}.e2e"]), 1e-5)
+
+
+def test_the_families_own_architectures_are_ultralytics():
+    for name in MODELS:
+        family, scale = name[:-1], name[-1]
+        ours = {k: v.shape for k, v in tree_flatten(build(ARCHITECTURES[family], scale).parameters())}
+        theirs = {k: v.shape for k, v in tree_flatten(build(META[name]["yaml"]).parameters())}
+        assert ours == theirs, name
+
+
+def test_folded_batchnorm_gives_the_same_detections():
+    net = seeded_net("yolo26n")
+    before, e2e = np.array(net(X)), np.array(net.end2end(X))
+    net.fuse()
+    assert not any(".bn." in k for k, _ in tree_flatten(net.parameters()))
+    np.testing.assert_allclose(np.array(net(X)), before, atol=1e-3, rtol=1e-4)
+    np.testing.assert_allclose(np.array(net.end2end(X))[..., 4], e2e[..., 4], atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "GhostConv", [32]]], "module 'GhostConv' is not one mlxnet builds"),
+    ([[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "Conv"]], "expected [from, repeats, module, args]"),
+    ([[-1, 1, "Conv", [16, 3, 2]]], "no Detect head"),
+    ([[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "nn.Upsample", [None, 3, "bilinear"]]], "nearest x2"),
+])
+def test_an_architecture_mlxnet_cannot_build_is_named_in_one_line(rows, message):
+    with pytest.raises(MlxnetError) as err:
+        build({"backbone": rows, "head": []})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unknown_scale_is_named():
+    with pytest.raises(MlxnetError, match="unknown scale 'q'.*n, s, m, l, x"):
+        build(ARCHITECTURES["yolo11"], "q")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["yolo11n", "yolo26n"])
+def test_the_builder_on_the_gpu(name):
+    """The same networks on the GPU (float32; TF32 convolutions on NVIDIA, hence the looser bound)."""
+    net = seeded_net(name)
+    boxes, scores = flat_head(net.head_outputs(X))
+    for ours, key in ((boxes, "boxes"), (scores, "scores")):
+        gold = np.array(GOLD[f"{name}.{key}"])
+        assert np.abs(ours - gold).max() <= 3e-3 * np.abs(gold).max(), key
+    if f"{name}.e2e" in GOLD:
+        e2e = np.array(net.end2end(X))
+        np.testing.assert_allclose(e2e[..., 4], np.array(GOLD[f"{name}.e2e"])[..., 4], atol=2e-3)
