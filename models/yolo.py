@@ -402,8 +402,29 @@ def yolov8x(nc: int = 80) -> YOLOv8:
 # --- Weights -----------------------------------------------------------------------------------
 # The official checkpoints are pickled ultralytics DetectionModel objects (fp16) under "model";
 # the safe reader flattens the module tree into the usual state dict, whose keys are ours.
-MODELS = tuple(f"yolov8{s}" for s in SCALES)
-_STEM, _CLASSES = "model.0.conv.weight", "model.22.cv3.0.2.weight"  # output axis: width, class count
+# The families the architecture builder (models/yolo_arch.py) makes: YOLOv8's own class (its
+# layers fixed, the training code's network) and YOLO11 / YOLO26 built from their architectures.
+FAMILIES = ("yolov8", "yolo11", "yolo26")
+MODELS = tuple(f"{family}{s}" for family in FAMILIES for s in SCALES)
+_STEM = "model.0.conv.weight"  # output axis: the width, which names the scale
+_HEAD = {"yolov8": 22, "yolo11": 23, "yolo26": 23}  # the Detect row
+
+
+def _family_of(ckpt: Checkpoint, shapes: dict, yaml: dict) -> str:
+    """Which family a checkpoint holds: mlxnet's metadata, else the ultralytics yaml's modules,
+    else the tensors (YOLO11's depthwise class branch; YOLO26's one-to-one head)."""
+    said = ckpt.metadata.get("model", "") if ckpt.converted else ""
+    for family in FAMILIES:
+        if said.startswith(family):
+            return family
+    rows = [r for r in list(yaml.get("backbone", [])) + list(yaml.get("head", [])) if isinstance(r, list) and len(r) > 2]
+    if rows:
+        if yaml.get("end2end") or int(yaml.get("reg_max", 16)) == 1:
+            return "yolo26"
+        return "yolo11" if any(r[2] == "C3k2" for r in rows) else "yolov8"
+    if any(k.startswith("model.23.one2one_cv2.") for k in shapes):
+        return "yolo26"
+    return "yolo11" if "model.23.cv3.0.0.0.conv.weight" in shapes else "yolov8"
 
 
 def _yaml_and_names(ckpt: Checkpoint) -> tuple[dict, object]:
@@ -416,21 +437,31 @@ def _yaml_and_names(ckpt: Checkpoint) -> tuple[dict, object]:
 
 
 def describe_checkpoint(ckpt: Checkpoint) -> Description:
-    """Scale, class count and names of a YOLOv8 detection checkpoint: from mlxnet metadata, an
-    ultralytics pickle's ``yaml``/``names``, and the tensors' shapes (the stem's width gives the
-    scale, the class branch's last conv the class count), which must agree."""
+    """Family, scale, class count and names of a YOLOv8 / YOLO11 / YOLO26 detection checkpoint:
+    from mlxnet metadata, an ultralytics pickle's ``yaml``/``names``, and the tensors' shapes (the
+    stem's width and the depth of the first C2f / C3k2 give the scale, the class branch's last
+    conv the class count), which must agree."""
+    from .yolo_arch import ARCHITECTURES
+
     shapes = ckpt.shapes()
-    if _STEM not in shapes or _CLASSES not in shapes:
+    yaml, names = _yaml_and_names(ckpt)
+    family = _family_of(ckpt, shapes, yaml)
+    classes = f"model.{_HEAD[family]}.cv3.0.2.weight"
+    if _STEM not in shapes or classes not in shapes:
         found = ", ".join(list(shapes)[:3]) or "no tensors"
-        raise MlxnetError(f"{ckpt.path}: not a YOLOv8 detection checkpoint (no {_STEM if _STEM not in shapes else _CLASSES}; "
+        raise MlxnetError(f"{ckpt.path}: not a YOLO detection checkpoint (no {_STEM if _STEM not in shapes else classes}; "
                           f"found {len(shapes)} tensors: {found}, ...)")
     width = shapes[_STEM][0]
-    by_width = {_make_divisible(64 * w): s for s, (_, w, _) in SCALES.items()}
-    if width not in by_width:
-        raise MlxnetError(f"{ckpt.path}: a YOLOv8 stem {width} channels wide fits no scale "
-                          f"(n, s, m, l, x have {', '.join(map(str, by_width))})")
-    scale, nc = by_width[width], shapes[_CLASSES][0]
-    yaml, names = _yaml_and_names(ckpt)
+    scales = SCALES if family == "yolov8" else ARCHITECTURES[family]["scales"]
+    # Scales of one width (YOLO11's m and l) differ in depth: l repeats its first C3k2's block.
+    fits = [s for s, (depth, w, _) in scales.items() if _make_divisible(64 * w) == width]
+    if len(fits) > 1:
+        fits = [s for s in fits if ("model.2.m.1.cv1.conv.weight" in shapes) == (round(2 * scales[s][0]) > 1)]
+    if len(fits) != 1:
+        widths = ", ".join(str(_make_divisible(64 * w)) for _, w, _ in scales.values())
+        raise MlxnetError(f"{ckpt.path}: a {family} stem {width} channels wide fits no scale "
+                          f"(n, s, m, l, x have {widths})")
+    scale, nc = fits[0], shapes[classes][0]
     if ckpt.converted:
         names = ckpt.meta_json("names")
     said = {"scale": yaml.get("scale"), "nc": yaml.get("nc")}
@@ -440,17 +471,26 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     names = names_of(names, str(ckpt.path)) if names is not None else None
     if names is not None and len(names) != nc:
         raise MlxnetError(f"{ckpt.path}: {len(names)} class names for a {nc}-class model")
-    return Description(f"yolov8{scale}", {"nc": nc}, names)
+    return Description(f"{family}{scale}", {"nc": nc}, names)
 
 
-for _s in SCALES:
+def _build_net(family: str, scale: str, nc: int = 80, fold_bn: bool = False) -> nn.Module:
+    if family == "yolov8":
+        return YOLOv8(scale, nc, fold_bn=fold_bn)
+    from .yolo_arch import ARCHITECTURES, build
+
+    return build(ARCHITECTURES[family], scale, nc, fold_bn)
+
+
+_REPOS = {"yolov8": "Ultralytics/YOLOv8", "yolo11": "Ultralytics/YOLO11", "yolo26": "Ultralytics/YOLO26"}
+for _f, _s in itertools.product(FAMILIES, SCALES):
     register_spec(WeightSpec(
-        id=f"yolov8{_s}", repo="Ultralytics/YOLOv8", filename=f"yolov8{_s}.pt", checkpoint_key=None,
+        id=f"{_f}{_s}", repo=_REPOS[_f], filename=f"{_f}{_s}.pt", checkpoint_key=None,
         keys=[(r"(model\.\d+\..*)", r"\1")],
         drop=[r".*\.num_batches_tracked"],
         layouts=lambda key, shape: "conv2d" if len(shape) == 4 else None,
         fold_bn=[FoldBN(r"(.*(?<!\.dfl))\.conv", r"\1.bn", eps=BN_EPS)],
-        build=lambda fold_bn=False, nc=80, _s=_s: YOLOv8(_s, nc, fold_bn=fold_bn),
+        build=lambda fold_bn=False, nc=80, _f=_f, _s=_s: _build_net(_f, _s, nc, fold_bn),
         describe=describe_checkpoint,
     ))
 
@@ -645,8 +685,8 @@ class YOLOFamily(families.ModelFamily):
     variants = MODELS
     default_size = 640
 
-    def build(self, variant: str) -> YOLOv8:
-        return random_init(YOLOv8(variant[-1]))
+    def build(self, variant: str) -> nn.Module:
+        return random_init(_build_net(variant[:-1], variant[-1]))
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> YOLOv8:
         return YOLO.from_pretrained(source, model=variant, dtype=dtype or "float32", fuse=False).net

@@ -1,0 +1,74 @@
+"""The architecture builder against ultralytics in the same process: the committed goldens are
+what ultralytics 8.4 gives today, and an ultralytics-saved YOLO11 / YOLO26 checkpoint detects the
+same boxes in mlxnet as in ultralytics' own predictor. Needs ultralytics (the reference
+environment of .ci/run)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ultralytics", reason="needs ultralytics (pip install ultralytics)")
+
+ROOT = Path(__file__).resolve().parents[1]
+BUS = ROOT / "tests/fixtures/yolo/bus.jpg"
+
+
+def _golden_script():
+    spec = importlib.util.spec_from_file_location("golden_yolo_arch", ROOT / "scripts/goldens/golden_yolo_arch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_architecture_goldens_are_ultralytics_today(tmp_path, monkeypatch):
+    from safetensors.numpy import load_file
+
+    monkeypatch.setenv("YOLO_OFFLINE", "1")
+    _golden_script().main(tmp_path)
+    fresh, kept = load_file(str(tmp_path / "golden.safetensors")), load_file(str(ROOT / "tests/fixtures/yolo_arch/golden.safetensors"))
+    assert fresh.keys() == kept.keys()
+    for key in kept:
+        if key.endswith(".e2e"):  # tied scores come out in either order: the scores, best first
+            np.testing.assert_allclose(fresh[key][..., 4], kept[key][..., 4], atol=1e-5, err_msg=key)
+            continue
+        np.testing.assert_allclose(fresh[key], kept[key], rtol=1e-5, atol=1e-4, err_msg=key)  # torch's threads
+
+
+@pytest.mark.parametrize("name", ["yolo11n", "yolo26n"])
+def test_an_ultralytics_checkpoint_detects_as_ultralytics(name, tmp_path, monkeypatch):
+    """A checkpoint saved as ultralytics saves one (the pickled model in float16), loaded by
+    its file alone: the same boxes as ultralytics' predictor at imgsz 320, within 0.5 px."""
+    import torch
+    from ultralytics import YOLO as UltralyticsYOLO
+    from ultralytics.nn.tasks import DetectionModel
+
+    from mlxnet.models.yolo import YOLO
+
+    monkeypatch.setenv("YOLO_OFFLINE", "1")
+    seeded = _golden_script().seeded
+    model = DetectionModel(f"{name}.yaml", verbose=False)
+    shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
+    weights = seeded.seeded_yolo_state(shapes, 1234, 2.5, 5.0)
+    if name == "yolo26n":
+        # Its head predicts distances directly: positive ones, as trained (bias 2, small weights);
+        # and class scores short of 1.0, so that NMS meets no ties.
+        for key in [k for k in weights if k.startswith("model.23.") and ".2." in k]:
+            if ".cv2." in key:
+                weights[key] = weights[key] * 0.05 + (2.0 if key.endswith("bias") else 0.0)
+            elif ".cv3." in key:
+                weights[key] = weights[key] * 0.2
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
+    path = tmp_path / f"{name}.pt"
+    torch.save({"model": model.half(), "ema": None, "epoch": -1, "optimizer": None, "train_args": {}}, path)
+    theirs = UltralyticsYOLO(str(path)).predict(str(BUS), imgsz=320, conf=0.25, verbose=False)[0].boxes
+    ours = YOLO.from_pretrained(str(path)).predict(str(BUS), imgsz=320, conf=0.25)
+    assert len(theirs) > 0
+    assert len(ours.boxes) == len(theirs)
+    ref = np.concatenate([theirs.xyxy.numpy(), theirs.conf.numpy()[:, None], theirs.cls.numpy()[:, None]], axis=1)
+    got = np.concatenate([np.array(ours.boxes), np.array(ours.scores)[:, None], np.array(ours.classes)[:, None]], axis=1)
+    for row in got:  # each of ours is one of theirs: same class, score within 1e-3, box within 0.5 px
+        match = (ref[:, 5] == row[5]) & (np.abs(ref[:, 4] - row[4]) <= 1e-3) & (np.abs(ref[:, :4] - row[:4]).max(1) <= 0.5)
+        assert match.any(), row
