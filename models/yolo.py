@@ -14,7 +14,6 @@ checkpoint keys (``model.2.m.0.cv1.conv.weight``, ``model.22.dfl.conv.weight``..
 from __future__ import annotations
 
 import itertools
-import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
@@ -22,13 +21,14 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlxnet import families, ops
+from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, as_rgb_images
-from mlxnet.nn import Conv2d, batch_norm_act, compiled_for_inference, fuse_conv_bn, handoff
 from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
+from .yolo_arch import ARCHITECTURES, YOLONet
+from .yolo_blocks import BN_EPS, STRIDES, _make_divisible
 from .yolo_val import detections as val_detections
 from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch
 
@@ -37,346 +37,15 @@ if TYPE_CHECKING:
     from mlxnet.video import FrameResult
 
 # [depth, width, max_channels] per scale, from yolov8.yaml.
-SCALES: dict[str, tuple[float, float, int]] = {
-    "n": (0.33, 0.25, 1024),
-    "s": (0.33, 0.50, 1024),
-    "m": (0.67, 0.75, 768),
-    "l": (1.00, 1.00, 512),
-    "x": (1.00, 1.25, 512),
-}
-STRIDES = (8, 16, 32)
-BN_EPS = 1e-3  # ultralytics' initialize_weights sets every BatchNorm2d's eps to 1e-3
-REG_MAX = 16  # DFL bins per box side
-# Layers 0 to P3_END - 1 are a chain (each reads only the one before) ending at P3, stride 8.
-# A compiled forward runs the chain's first layers in stages with these bounds (to the stride-4
-# C2f), handed off one by one, then the rest of the network, when the first stage's device time
-# covers the host building the rest: from STAGED_MIN_WORK input pixels (N·H·W) × the stem's
-# width² (YOLOv8s at batch 8 on 640², m at 4). Measured on an H100 (docs/performance-notes.md).
-P3_END = 5
-BACKBONE_STAGES = (0, 3)
-STAGED_MIN_WORK = 2 * 640 * 640 * 64 ** 2
-
-
-class Conv(nn.Module):
-    """Conv2d (no bias, 'same' padding) + BatchNorm + SiLU; ``fold_bn`` keeps a biased conv only."""
-
-    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, act: bool = True, fold_bn: bool = False,
-                 g: int = 1) -> None:
-        super().__init__()
-        self.conv = Conv2d(c1, c2, k, s, padding=k // 2, groups=g, bias=fold_bn)
-        if not fold_bn:
-            self.bn = nn.BatchNorm(c2, eps=BN_EPS)
-        self.act = act
-
-    def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
-        """A list ``x`` is the channel concatenation of its parts (a 1x1 conv only), computed
-        without building it."""
-        conv, bias = self.conv, self.conv.get("bias")  # only a folded conv has a bias
-        # Folded: conv, bias and SiLU are one op. Else the SiLU follows the BatchNorm.
-        activation = "silu" if self.act and "bn" not in self else None
-        if isinstance(x, (list, tuple)):
-            x = ops.pointwise_conv_of_concat(x, conv.weight, bias, activation=activation)
-        else:
-            x = ops.conv2d(x, conv.weight, bias, stride=conv.stride, padding=conv.padding, groups=conv.groups,
-                           activation=activation)
-        if "bn" in self:
-            return batch_norm_act(self.bn, x, "silu" if self.act else None)
-        return x
-
-    def fuse(self) -> None:
-        """Fold the BatchNorm into the conv in place (torch's fuse_conv_bn_weights arithmetic, as
-        ultralytics' predictor does), so fused outputs match ultralytics' fused model."""
-        if "bn" in self:
-            self.conv = fuse_conv_bn(self.conv, self.bn)
-            del self["bn"]
-
-
-class Bottleneck(nn.Module):
-    """Two Convs (kernels ``k``, hidden channels ``c2 · e``), with a residual connection when
-    ``shortcut`` (and shapes agree)."""
-
-    def __init__(self, c1: int, c2: int, shortcut: bool = True, fold_bn: bool = False,
-                 k: tuple[int, int] = (3, 3), e: float = 1.0) -> None:
-        super().__init__()
-        hidden = int(c2 * e)
-        self.cv1 = Conv(c1, hidden, k[0], fold_bn=fold_bn)
-        self.cv2 = Conv(hidden, c2, k[1], fold_bn=fold_bn)
-        self.add = shortcut and c1 == c2
-
-    def __call__(self, x: mx.array) -> mx.array:
-        y = self.cv2(self.cv1(x))
-        return x + y if self.add else y
-
-
-class C2f(nn.Module):
-    """CSP bottleneck, 'faster' variant: split cv1's output in two, chain n bottlenecks on the
-    second half, and fuse every intermediate (2 + n halves) with a 1x1 conv."""
-
-    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False, fold_bn: bool = False,
-                 e: float = 0.5) -> None:
-        super().__init__()
-        self.c = int(c2 * e)
-        self.cv1 = Conv(c1, 2 * self.c, 1, fold_bn=fold_bn)
-        self.cv2 = Conv((2 + n) * self.c, c2, 1, fold_bn=fold_bn)
-        self.m = [Bottleneck(self.c, self.c, shortcut, fold_bn=fold_bn) for _ in range(n)]
-
-    def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
-        """``x``: a map, or the parts of the neck's concatenation (see :meth:`Conv.__call__`)."""
-        a = self.cv1(x)
-        parts, last = [a], a[..., self.c:]  # cv2 reads both halves of cv1's output: keep it whole
-        for block in self.m:
-            last = block(last)
-            parts.append(last)
-        return self.cv2(parts)
-
-
-class SPPF(nn.Module):
-    """Spatial pyramid pooling, fast: 5x5 max pools chained three times (one fused op here).
-    YOLO26's variant leaves cv1 without its SiLU (``act``) and adds the input back
-    (``shortcut``)."""
-
-    def __init__(self, c1: int, c2: int, fold_bn: bool = False, act: bool = True, shortcut: bool = False) -> None:
-        super().__init__()
-        c_ = c1 // 2
-        self.cv1 = Conv(c1, c_, 1, act=act, fold_bn=fold_bn)
-        self.cv2 = Conv(4 * c_, c2, 1, fold_bn=fold_bn)
-        self.add = shortcut and c1 == c2
-
-    def __call__(self, x: mx.array) -> mx.array:
-        y = self.cv1(x)
-        y = self.cv2([y, *ops.sppf_pool(y)])
-        return x + y if self.add else y
-
-
-class Upsample(nn.Module):
-    """Nearest-neighbour x2 (NHWC)."""
-
-    def __call__(self, x: mx.array) -> mx.array:
-        n, h, w, c = x.shape
-        return mx.broadcast_to(x[:, :, None, :, None, :], (n, h, 2, w, 2, c)).reshape(n, 2 * h, 2 * w, c)
-
-
-class Concat(nn.Module):
-    """A channel-concatenation row of the ultralytics layer list. It holds no weights and never
-    runs: the forward hands its parts to the next C2f, whose 1×1 conv reads them in place."""
-
-
-class DFL(nn.Module):
-    """Distribution focal loss decoding's weights: the values the 16 bins of each box side
-    stand for, as a 1x1 conv. :func:`mlxnet.ops.dfl_decode` takes the softmax expectation of
-    them. They are 0..15, set here and never learned (ultralytics builds the conv with
-    ``requires_grad_(False)``); checkpoints store them all the same."""
-
-    # Random initialisation keeps it: bins drawn at random decode boxes whose sides have any
-    # sign, so their right edge may lie left of their left edge (mlxnet.weights.random_weights).
-    fixed_parameters = ("conv.weight",)
-
-    def __init__(self, bins: int = REG_MAX) -> None:
-        super().__init__()
-        self.conv = Conv2d(bins, 1, 1, bias=False)
-        self.conv.weight = mx.arange(bins, dtype=mx.float32).reshape(1, 1, 1, bins)
-
-    def bin_values(self) -> mx.array:
-        return self.conv.weight.reshape(-1)
-
-
-class Detect(nn.Module):
-    """Decoupled head: per level a box branch (cv2, 4 x ``reg_max`` distance logits) and a class
-    branch (cv3).
-
-    YOLO11 and later (``legacy=False``) build the class branch from depthwise + pointwise convs;
-    YOLO26 predicts each side's distance directly (``reg_max=1``, no DFL) and carries a second,
-    one-to-one head (``end2end``: ``one2one_cv2``, ``one2one_cv3``) trained to need no NMS.
-
-    Returns (N, A, 4 + nc) in float32: xywh boxes in input pixels, then class probabilities,
-    anchors ordered level by level, row-major within a level (ultralytics' (N, 4 + nc, A),
-    transposed to NLC), from the one-to-many head (ultralytics' default, ``nms=None``).
-    """
-
-    def __init__(self, nc: int, ch: Sequence[int], fold_bn: bool = False, reg_max: int = REG_MAX,
-                 legacy: bool = True, end2end: bool = False) -> None:
-        super().__init__()
-        self.nc, self.reg_max = nc, reg_max
-        c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
-
-        def box_branch(x: int) -> list:
-            return [Conv(x, c2, 3, fold_bn=fold_bn), Conv(c2, c2, 3, fold_bn=fold_bn), Conv2d(c2, 4 * reg_max, 1)]
-
-        def cls_branch(x: int) -> list:
-            if legacy:
-                return [Conv(x, c3, 3, fold_bn=fold_bn), Conv(c3, c3, 3, fold_bn=fold_bn), Conv2d(c3, nc, 1)]
-            return [[Conv(x, x, 3, g=x, fold_bn=fold_bn), Conv(x, c3, 1, fold_bn=fold_bn)],
-                    [Conv(c3, c3, 3, g=c3, fold_bn=fold_bn), Conv(c3, c3, 1, fold_bn=fold_bn)],
-                    Conv2d(c3, nc, 1)]
-        self.cv2 = [box_branch(x) for x in ch]
-        self.cv3 = [cls_branch(x) for x in ch]
-        if end2end:
-            self.one2one_cv2 = [box_branch(x) for x in ch]
-            self.one2one_cv3 = [cls_branch(x) for x in ch]
-        if reg_max > 1:
-            self.dfl = DFL(reg_max)
-
-    def __call__(self, feats: Sequence[mx.array]) -> mx.array:
-        maps = [m for level in self.branches(feats) for m in level]
-        if self.reg_max > 1:
-            return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
-        return direct_decode(maps, STRIDES)
-
-    def branches(self, feats: Sequence[mx.array], one2one: bool = False) -> list[tuple[mx.array, mx.array]]:
-        """Per level: the box branch's logits (N, H, W, 4·reg_max) and the class branch's
-        logits, of the one-to-many head or (``one2one``) the one-to-one head."""
-        boxes, classes = (self.one2one_cv2, self.one2one_cv3) if one2one else (self.cv2, self.cv3)
-        return [(_chain(box_branch, x), _chain(cls_branch, x))
-                for x, box_branch, cls_branch in zip(feats, boxes, classes)]
-
-    def raw(self, feats: Sequence[mx.array]) -> mx.array:
-        """The undecoded outputs training reads: (N, A, 4·16 + nc), each anchor's box-bin logits
-        then its class logits, anchors in :meth:`__call__`'s order."""
-        rows = [mx.concatenate([b, s], axis=-1).reshape(b.shape[0], b.shape[1] * b.shape[2], -1)
-                for b, s in self.branches(feats)]
-        return mx.concatenate(rows, axis=1)
-
-
-def _chain(layers: Sequence, x: mx.array) -> mx.array:
-    """Apply ``layers`` in order; a nested list is a sub-chain (ultralytics' nested Sequential)."""
-    for layer in layers:
-        x = _chain(layer, x) if isinstance(layer, list) else layer(x)
-    return x
-
-
-def direct_decode(maps: Sequence[mx.array], strides: Sequence[int], xywh: bool = True) -> mx.array:
-    """Decode a head that predicts each side's distance directly (YOLO26, ``reg_max=1``):
-    ``maps`` level by level the distances (N, H, W, 4) and class logits (N, H, W, nc). Returns
-    (N, A, 4 + nc) float32: xywh (or xyxy) in input pixels, then class probabilities."""
-    n = maps[0].shape[0]
-    dists, logits, points, scale = [], [], [], []
-    for (box, cls), s in zip(zip(maps[0::2], maps[1::2]), strides):
-        h, w = box.shape[1:3]
-        ys, xs = mx.meshgrid(mx.arange(h, dtype=mx.float32) + 0.5, mx.arange(w, dtype=mx.float32) + 0.5, indexing="ij")
-        points.append(mx.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1))
-        scale.append(mx.full((h * w, 1), float(s)))
-        dists.append(box.reshape(n, h * w, 4).astype(mx.float32))
-        logits.append(cls.reshape(n, h * w, -1).astype(mx.float32))
-    p, d, st = mx.concatenate(points), mx.concatenate(dists, axis=1), mx.concatenate(scale)
-    lo, hi = p - d[..., :2], p + d[..., 2:]
-    box = mx.concatenate([(lo + hi) / 2, hi - lo] if xywh else [lo, hi], axis=-1) * st
-    return mx.concatenate([box, mx.sigmoid(mx.concatenate(logits, axis=1))], axis=-1)
-
-
-def _check_input(x: mx.array) -> None:
-    if x.ndim != 4 or x.shape[-1] != 3 or x.shape[1] % 32 or x.shape[2] % 32:
-        raise MlxnetError(f"YOLOv8 expects (N, H, W, 3) with H and W multiples of 32, got shape {x.shape}")
-
-
-def _make_divisible(x: float, divisor: int = 8) -> int:
-    return math.ceil(x / divisor) * divisor
-
-
-class YOLOv8(nn.Module):
-    """The detection network. Input (N, H, W, 3) RGB in [0, 1], H and W multiples of 32."""
+SCALES: dict[str, tuple[float, float, int]] = {s: tuple(v) for s, v in ARCHITECTURES["yolov8"]["scales"].items()}
+class YOLOv8(YOLONet):
+    """The YOLOv8 detection network (ultralytics' yolov8.yaml at ``scale``): the builder's
+    network, the class the training code and the v8 goldens name."""
 
     def __init__(self, scale: str = "n", nc: int = 80, fold_bn: bool = False) -> None:
-        super().__init__()
         if scale not in SCALES:
             raise MlxnetError(f"unknown YOLOv8 scale {scale!r}: expected one of {', '.join(SCALES)}")
-        depth, width, max_channels = SCALES[scale]
-        self.scale, self.nc = scale, nc
-        c1, c2, c3, c4, c5 = (_make_divisible(min(c, max_channels) * width) for c in (64, 128, 256, 512, 1024))
-        n3, n6 = (max(round(n * depth), 1) for n in (3, 6))
-        f = fold_bn
-        self.model = [
-            Conv(3, c1, 3, 2, fold_bn=f),        # 0  P1/2
-            Conv(c1, c2, 3, 2, fold_bn=f),       # 1  P2/4
-            C2f(c2, c2, n3, True, fold_bn=f),    # 2
-            Conv(c2, c3, 3, 2, fold_bn=f),       # 3  P3/8
-            C2f(c3, c3, n6, True, fold_bn=f),    # 4
-            Conv(c3, c4, 3, 2, fold_bn=f),       # 5  P4/16
-            C2f(c4, c4, n6, True, fold_bn=f),    # 6
-            Conv(c4, c5, 3, 2, fold_bn=f),       # 7  P5/32
-            C2f(c5, c5, n3, True, fold_bn=f),    # 8
-            SPPF(c5, c5, fold_bn=f),             # 9
-            Upsample(),                          # 10
-            Concat(),                            # 11 cat backbone P4
-            C2f(c5 + c4, c4, n3, fold_bn=f),     # 12
-            Upsample(),                          # 13
-            Concat(),                            # 14 cat backbone P3
-            C2f(c4 + c3, c3, n3, fold_bn=f),     # 15 (P3/8-small)
-            Conv(c3, c3, 3, 2, fold_bn=f),       # 16
-            Concat(),                            # 17 cat head P4
-            C2f(c3 + c4, c4, n3, fold_bn=f),     # 18 (P4/16-medium)
-            Conv(c4, c4, 3, 2, fold_bn=f),       # 19
-            Concat(),                            # 20 cat head P5
-            C2f(c4 + c5, c5, n3, fold_bn=f),     # 21 (P5/32-large)
-            Detect(nc, (c3, c4, c5), fold_bn=f),  # 22 Detect(P3, P4, P5)
-        ]
-        self.eval()
-
-    def features(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """The neck's outputs at strides 8, 16, 32 (layers 15, 18, 21)."""
-        _check_input(x)
-        return self._neck(self._run(x, 0, P3_END))
-
-    def train_outputs(self, x: mx.array) -> mx.array:
-        """The head's raw outputs (N, A, 4·16 + nc) that the detection loss reads
-        (:func:`mlxnet.training.detection_loss.detection_loss`); uncompiled, so BatchNorm may run
-        in training mode and MLX differentiates it."""
-        return self.model[22].raw(self.features(x))
-
-    def __call__(self, x: mx.array) -> mx.array:
-        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS.
-
-        Compiled, a large forward runs in stages (mlxnet.nn.compiled): the first layers are
-        started on the device (handoff) while the host builds the rest of the network. A small
-        one, whose kernels take about as long on the device as the host takes to launch them,
-        gains nothing from that and runs as one graph."""
-        _check_input(x)
-        if x.shape[0] * x.shape[1] * x.shape[2] * self.model[0].conv.weight.shape[0] ** 2 < STAGED_MIN_WORK:
-            return self._whole(x)
-        for lo, hi in zip(BACKBONE_STAGES, BACKBONE_STAGES[1:]):
-            x = handoff(self._layers(x, lo, hi))
-        return self._rest(x)
-
-    @compiled_for_inference
-    def _whole(self, x: mx.array) -> mx.array:
-        return self._from(x, 0)
-
-    @compiled_for_inference(reads=lambda self, lo, hi: self.model[lo:hi])
-    def _layers(self, x: mx.array, lo: int, hi: int) -> mx.array:
-        return self._run(x, lo, hi)
-
-    @compiled_for_inference(reads=lambda self: self.model[BACKBONE_STAGES[-1]:])
-    def _rest(self, x: mx.array) -> mx.array:
-        return self._from(x, BACKBONE_STAGES[-1])
-
-    def _from(self, x: mx.array, lo: int) -> mx.array:
-        """The network from layer ``lo`` of the chain to P3 on: the chain's rest, neck and head."""
-        return self.model[22](self._neck(self._run(x, lo, P3_END)))
-
-    def _run(self, x: mx.array, lo: int, hi: int) -> mx.array:
-        """Layers ``lo`` to ``hi - 1`` of the backbone's chain to P3, one after another."""
-        for layer in self.model[lo:hi]:
-            x = layer(x)
-        return x
-
-    def _neck(self, p3: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """The backbone from P3 (stride 8), then the neck: its outputs at strides 8, 16, 32."""
-        m = self.model
-        p4 = m[6](m[5](p3))
-        p5 = m[9](m[8](m[7](p4)))
-        # The Concat rows (11, 14, 17, 20) hand their parts to the next C2f, whose first 1x1 conv
-        # reads them without the concatenation being built.
-        h12 = m[12]([m[10](p5), p4])
-        out3 = m[15]([m[13](h12), p3])
-        out4 = m[18]([m[16](out3), h12])
-        out5 = m[21]([m[19](out4), p5])
-        return out3, out4, out5
-
-    def fuse(self) -> "YOLOv8":
-        """Fold every BatchNorm into its conv (inference only; ultralytics' predictor does the same)."""
-        for _, module in self.named_modules():
-            if isinstance(module, Conv):
-                module.fuse()
-        return self
+        super().__init__(ARCHITECTURES["yolov8"], scale, nc, fold_bn)
 
 
 def yolov8n(nc: int = 80) -> YOLOv8:

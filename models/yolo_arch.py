@@ -14,113 +14,25 @@ checkpoint's keys (``model.23.cv3.0.0.0.conv.weight``) are the network's paramet
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 import yaml
 
-from mlxnet import ops
 from mlxnet.errors import MlxnetError
+from mlxnet.nn import compiled_for_inference, handoff
 
-from .yolo import (STRIDES, Bottleneck, C2f, Concat, Conv, Detect, SPPF, Upsample, _chain, _check_input,
-                   _make_divisible, direct_decode)
+from .yolo_blocks import (STRIDES, C2PSA, C2f, C3, C3k2, Concat, Conv, Detect, SPPF, Upsample, _check_input,
+                          _make_divisible, direct_decode)
 
-
-# --- the blocks YOLO11 and YOLO26 add to YOLOv8's ---------------------------------------------
-
-class C3(nn.Module):
-    """CSP bottleneck with three convs: two 1x1 branches, bottlenecks on the first, fused by cv3."""
-
-    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = True, e: float = 0.5, k: int = 3,
-                 fold_bn: bool = False) -> None:
-        super().__init__()
-        c_ = int(c2 * e)
-        self.cv1 = Conv(c1, c_, 1, fold_bn=fold_bn)
-        self.cv2 = Conv(c1, c_, 1, fold_bn=fold_bn)
-        self.cv3 = Conv(2 * c_, c2, 1, fold_bn=fold_bn)
-        self.m = [Bottleneck(c_, c_, shortcut, fold_bn=fold_bn, k=(k, k)) for _ in range(n)]
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.cv3([_chain(self.m, self.cv1(x)), self.cv2(x)])
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention over a map's positions, keys half a head wide, plus a depthwise
-    3x3 positional term on the values."""
-
-    def __init__(self, dim: int, num_heads: int, attn_ratio: float = 0.5, fold_bn: bool = False) -> None:
-        super().__init__()
-        self.num_heads, self.head_dim = num_heads, dim // num_heads
-        self.key_dim = int(self.head_dim * attn_ratio)
-        self.qkv = Conv(dim, dim + 2 * self.key_dim * num_heads, 1, act=False, fold_bn=fold_bn)
-        self.proj = Conv(dim, dim, 1, act=False, fold_bn=fold_bn)
-        self.pe = Conv(dim, dim, 3, g=dim, act=False, fold_bn=fold_bn)
-
-    def __call__(self, x: mx.array) -> mx.array:
-        n, h, w, c = x.shape
-        kd = self.key_dim
-        # Channels are grouped per head: [q (kd), k (kd), v (head_dim)] for each head in turn.
-        qkv = self.qkv(x).reshape(n, h * w, self.num_heads, 2 * kd + self.head_dim).transpose(0, 2, 1, 3)
-        q, k, v = qkv[..., :kd], qkv[..., kd:2 * kd], qkv[..., 2 * kd:]
-        out = ops.scaled_dot_product_attention(q, k, v, scale=kd ** -0.5)
-        merge = lambda t: t.transpose(0, 2, 1, 3).reshape(n, h, w, c)  # noqa: E731
-        return self.proj(merge(out) + self.pe(merge(v)))
-
-
-class PSABlock(nn.Module):
-    """Attention then a 2x feed-forward of 1x1 convs, each added to its input."""
-
-    def __init__(self, c: int, attn_ratio: float = 0.5, num_heads: int = 4, fold_bn: bool = False) -> None:
-        super().__init__()
-        self.attn = Attention(c, num_heads, attn_ratio, fold_bn=fold_bn)
-        self.ffn = [Conv(c, 2 * c, 1, fold_bn=fold_bn), Conv(2 * c, c, 1, act=False, fold_bn=fold_bn)]
-
-    def __call__(self, x: mx.array) -> mx.array:
-        x = x + self.attn(x)
-        return x + _chain(self.ffn, x)
-
-
-class C2PSA(nn.Module):
-    """Split a 1x1 conv's output in two, run PSA blocks on the second half, fuse both halves."""
-
-    def __init__(self, c1: int, c2: int, n: int = 1, e: float = 0.5, fold_bn: bool = False) -> None:
-        super().__init__()
-        if c1 != c2:
-            raise MlxnetError(f"C2PSA keeps its width: got {c1} channels in, {c2} out")
-        self.c = int(c1 * e)
-        self.cv1 = Conv(c1, 2 * self.c, 1, fold_bn=fold_bn)
-        self.cv2 = Conv(2 * self.c, c1, 1, fold_bn=fold_bn)
-        self.m = [PSABlock(self.c, 0.5, max(self.c // 64, 1), fold_bn=fold_bn) for _ in range(n)]
-
-    def __call__(self, x: mx.array) -> mx.array:
-        y = self.cv1(x)
-        return self.cv2([y[..., :self.c], _chain(self.m, y[..., self.c:])])
-
-
-class C3k2(C2f):
-    """C2f whose blocks are plain bottlenecks (half-width), C3k blocks (``c3k``), or a bottleneck
-    followed by a PSA block (``attn``, YOLO26's last neck stage)."""
-
-    def __init__(self, c1: int, c2: int, n: int = 1, c3k: bool = False, e: float = 0.5, attn: bool = False,
-                 shortcut: bool = True, fold_bn: bool = False) -> None:
-        super().__init__(c1, c2, n, shortcut, fold_bn=fold_bn, e=e)
-        c = self.c
-        if attn:
-            self.m = [[Bottleneck(c, c, shortcut, fold_bn=fold_bn, e=0.5),
-                       PSABlock(c, 0.5, max(c // 64, 1), fold_bn=fold_bn)] for _ in range(n)]
-        elif c3k:
-            self.m = [C3(c, c, 2, shortcut, fold_bn=fold_bn) for _ in range(n)]
-        else:
-            self.m = [Bottleneck(c, c, shortcut, fold_bn=fold_bn, e=0.5) for _ in range(n)]
-
-    def __call__(self, x: mx.array | Sequence[mx.array]) -> mx.array:
-        a = self.cv1(x)
-        parts, last = [a], a[..., self.c:]
-        for block in self.m:
-            last = _chain(block, last) if isinstance(block, list) else block(last)
-            parts.append(last)
-        return self.cv2(parts)
+# A compiled forward runs the first rows (a chain: each reads only the one before) in stages
+# with these bounds (to the stride-4 block), handed off one by one, then the rest of the
+# network, when the first stage's device time covers the host building the rest: from
+# STAGED_MIN_WORK input pixels (N·H·W) × the stem's width² (YOLOv8s at batch 8 on 640², m at 4).
+# Measured on an H100 (docs/performance-notes.md).
+BACKBONE_STAGES = (0, 3)
+STAGED_MIN_WORK = 2 * 640 * 640 * 64 ** 2
 
 
 # --- the families' own architectures (ultralytics' yaml files, their facts) -------------------
@@ -230,7 +142,8 @@ _READS_PARTS = (C2f, C3)
 
 
 class YOLONet(nn.Module):
-    """A detector built from an ultralytics architecture; parameters in ``model`` (the rows)."""
+    """A detector built from an ultralytics architecture; parameters in ``model`` (the rows).
+    Input (N, H, W, 3) RGB in [0, 1], H and W multiples of 32."""
 
     def __init__(self, arch: dict[str, Any], scale: str | None = None, nc: int | None = None,
                  fold_bn: bool = False) -> None:
@@ -248,9 +161,45 @@ class YOLONet(nn.Module):
     def features(self, x: mx.array) -> list[mx.array]:
         """The maps the head reads (strides 8, 16, 32)."""
         _check_input(x)
-        outputs: list[Any] = []
-        for i, (layer, source) in enumerate(zip(self.model[:-1], self._sources[:-1])):
-            if i == 0:
+        return self._features_from(x, 0)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS (the
+        one-to-many head: ultralytics' default).
+
+        Compiled, a large forward runs in stages (mlxnet.nn.compiled): the first rows are started
+        on the device (handoff) while the host builds the rest of the network. A small one,
+        whose kernels take about as long on the device as the host takes to launch them, gains
+        nothing from that and runs as one graph."""
+        _check_input(x)
+        if x.shape[0] * x.shape[1] * x.shape[2] * self.model[0].conv.weight.shape[0] ** 2 < STAGED_MIN_WORK:
+            return self._whole(x)
+        for lo, hi in zip(BACKBONE_STAGES, BACKBONE_STAGES[1:]):
+            x = handoff(self._layers(x, lo, hi))
+        return self._rest(x)
+
+    @compiled_for_inference
+    def _whole(self, x: mx.array) -> mx.array:
+        return self.head(self._features_from(x, 0))
+
+    @compiled_for_inference(reads=lambda self, lo, hi: self.model[lo:hi])
+    def _layers(self, x: mx.array, lo: int, hi: int) -> mx.array:
+        for layer in self.model[lo:hi]:  # rows of the opening chain
+            x = layer(x)
+        return x
+
+    @compiled_for_inference(reads=lambda self: self.model[BACKBONE_STAGES[-1]:])
+    def _rest(self, x: mx.array) -> mx.array:
+        return self.head(self._features_from(x, BACKBONE_STAGES[-1]))
+
+    def _features_from(self, x: mx.array, lo: int) -> list[mx.array]:
+        """Rows ``lo`` on, ``x`` being row ``lo - 1``'s output (rows before ``lo`` are a chain):
+        the head's input maps. A Concat row's parts reach a C2f / C3k2 unconcatenated (their
+        first 1x1 conv reads them in place)."""
+        outputs: list[Any] = [None] * lo
+        for i in range(lo, len(self.model) - 1):
+            layer, source = self.model[i], self._sources[i]
+            if i == lo:
                 y = layer(x)
             elif isinstance(layer, Concat):
                 y = Parts(p for s in source for p in _as_parts(outputs[s]))
@@ -261,11 +210,6 @@ class YOLONet(nn.Module):
                 y = layer(y)
             outputs.append(y)
         return [outputs[s] for s in self._sources[-1]]
-
-    def __call__(self, x: mx.array) -> mx.array:
-        """(N, A, 4 + nc): xywh boxes in input pixels and class probabilities, before NMS (the
-        one-to-many head: ultralytics' default)."""
-        return self.head(self.features(x))
 
     def head_outputs(self, x: mx.array, one2one: bool = False) -> list[tuple[mx.array, mx.array]]:
         """Per level the head's raw box and class logits (NHWC)."""

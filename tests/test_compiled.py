@@ -11,7 +11,7 @@ from mlx.utils import tree_flatten, tree_map
 import mlxnet
 from mlxnet import families
 from mlxnet.nn import compiled_for_inference, evaluated, handoff, recompile
-from mlxnet.models import yolo
+from mlxnet.models import yolo, yolo_arch
 from mlxnet.nn.compiled import _CACHE
 
 
@@ -136,7 +136,7 @@ def test_staged_forwards_see_new_weights(variant, monkeypatch):
     inputs = family.example_inputs(variant, 64)
     if variant == "sam-tiny":  # the staged part; the random prompt decoder's masks are all zero
         model = model.sam.image_encoder
-    monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 0)  # YOLOv8 stages large batches only
+    monkeypatch.setattr(yolo_arch, "STAGED_MIN_WORK", 0)  # YOLOv8 stages large batches only
     with mlxnet.use_compile(True):
         before = _leaves(model(*inputs))
     assert len(_all_compiled_calls(model)) >= 2  # staged
@@ -160,13 +160,14 @@ def test_yolov8_stages_large_inputs_only(monkeypatch):
     x = mx.random.uniform(shape=(2, 64, 96, 3))
     with mlxnet.use_compile(True):
         whole = net(x)
-        assert [key[0] for key in _compiled_calls(net)] == ["YOLOv8._whole"]
-        monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 2 * 64 * 96 * 16 ** 2)  # yolov8n: 16 wide
+        assert [key[0] for key in _compiled_calls(net)] == ["YOLONet._whole"]
+        monkeypatch.setattr(yolo_arch, "STAGED_MIN_WORK", 2 * 64 * 96 * 16 ** 2)  # yolov8n: 16 wide
         staged = net(x)
-    stages = list(zip(yolo.BACKBONE_STAGES, yolo.BACKBONE_STAGES[1:]))
+    stages = list(zip(yolo_arch.BACKBONE_STAGES, yolo_arch.BACKBONE_STAGES[1:]))
     assert [(key[0], key[-1]) for key in _compiled_calls(net)] == (
-        [("YOLOv8._whole", ())] + [("YOLOv8._layers", b) for b in stages] + [("YOLOv8._rest", ())])
-    assert stages[0][0] == 0 and stages[-1][1] <= yolo.P3_END
+        [("YOLONet._whole", ())] + [("YOLONet._layers", b) for b in stages] + [("YOLONet._rest", ())])
+    # the staged rows are the opening chain: each reads only the row before
+    assert stages[0][0] == 0 and all(net._sources[i] == i - 1 for i in range(1, stages[-1][1] + 1))
     np.testing.assert_allclose(np.array(staged), np.array(whole), rtol=1e-5, atol=1e-5)
 
 
@@ -239,7 +240,7 @@ def test_compiled_gpu_forward_matches_eager(gpu, variant, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_staged_yolov8_gpu_forward_matches_eager(gpu, monkeypatch, dtype):
     """YOLOv8's compiled stages (taken from STAGED_MIN_WORK, forced here) on the GPU."""
-    monkeypatch.setattr(yolo, "STAGED_MIN_WORK", 0)
+    monkeypatch.setattr(yolo_arch, "STAGED_MIN_WORK", 0)
     model, inputs = families.build_for_check("yolov8s", None, None, 256)
     model.eval()
     model.set_dtype(getattr(mx, dtype))
@@ -247,7 +248,7 @@ def test_staged_yolov8_gpu_forward_matches_eager(gpu, monkeypatch, dtype):
     with mlxnet.use_compile(False):
         eager = np.array(model(x).astype(mx.float32))
     staged = np.array(model(x).astype(mx.float32))
-    assert [key[0] for key in _compiled_calls(model)] == ["YOLOv8._layers"] * (len(yolo.BACKBONE_STAGES) - 1) + ["YOLOv8._rest"]
+    assert [key[0] for key in _compiled_calls(model)] == ["YOLONet._layers"] * (len(yolo_arch.BACKBONE_STAGES) - 1) + ["YOLONet._rest"]
     tol = 2e-3 if dtype == "float32" else 2e-2
     assert np.isfinite(staged).all()
     assert np.abs(staged - eager).max() <= tol * (np.abs(eager).max() + 1e-6)

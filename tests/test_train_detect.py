@@ -289,3 +289,9 @@ def test_the_compiled_step_equals_the_eager_step_over_target_buckets():
     for (k, a), (_, b) in zip(tree_flatten(nets[0].state), tree_flatten(nets[1].state)):
         if "running" in k:
             np.testing.assert_allclose(np.array(b), np.array(a), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_a_family_train_detect_does_not_train_yet_is_refused_in_one_line(data, tmp_path):
+    out = run("train", "detect", data, "-w", "none", "-m", "yolo11n", "--epochs", "1", "-o", tmp_path / "r", code=1).output
+    assert "train detect trains YOLOv8" in out and "yolo11n is not trainable" in out
+    assert not (tmp_path / "r").exists()

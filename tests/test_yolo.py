@@ -18,7 +18,7 @@ from mlx.utils import tree_flatten
 
 import mlxnet
 from mlxnet.image import load_image
-from mlxnet.models import yolo
+from mlxnet.models import yolo, yolo_blocks
 from mlxnet.models.yolo_process import letterbox, postprocess, scale_boxes
 from mlxnet.weights import convert_state_dict, get_spec, load_into
 from testutil import TOLERANCE, assert_close
@@ -118,7 +118,7 @@ def test_fold_bn_conversion_matches_runtime_fuse():
 
 
 def test_dfl_uses_its_loaded_weights():
-    head = yolo.Detect(3, (8, 8, 8))
+    head = yolo_blocks.Detect(3, (8, 8, 8))
     head.eval()
     feats = [mx.random.normal((1, s, s, 8), key=mx.random.key(s)) for s in (4, 2, 1)]
     base = head(feats)

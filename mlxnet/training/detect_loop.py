@@ -141,10 +141,14 @@ def build_network(cfg: DetectTrainConfig, names: tuple[str, ...],
 
     mx.random.seed(cfg.seed)
     nc = len(names)
+    trainable = [m for m in MODELS if m.startswith("yolov8")]
+    if cfg.model is not None and cfg.model in MODELS and cfg.model not in trainable:
+        raise MlxnetError(f"train detect trains YOLOv8 ({', '.join(trainable)}); {cfg.model} is not trainable "
+                          "in mlxnet yet (detect, track and val load it)")
     if cfg.weights is not None and cfg.weights.lower() == "none":
         variant = cfg.model or "yolov8n"
-        if variant not in MODELS:
-            raise MlxnetError(f"unknown model {variant!r}: expected one of {', '.join(MODELS)}")
+        if variant not in trainable:
+            raise MlxnetError(f"unknown model {variant!r}: expected one of {', '.join(trainable)}")
         net = YOLOv8(variant[-1], nc)
         _fresh_class_head(net)
         for level in range(3):  # ultralytics' box-branch bias: 1
@@ -153,6 +157,9 @@ def build_network(cfg: DetectTrainConfig, names: tuple[str, ...],
         return _for_training(net), variant
     source = cfg.weights or cfg.model or "yolov8n"
     yolo = YOLO.from_pretrained(source, model=cfg.model, dtype="float32", fuse=False)
+    if not isinstance(yolo.net, YOLOv8):
+        raise MlxnetError(f"{source}: holds a YOLO11 / YOLO26 network; train detect trains YOLOv8 "
+                          f"({', '.join(trainable)}) for now (detect, track and val load it)")
     net, variant = yolo.net, f"yolov8{yolo.net.scale}"
     if tuple(yolo.names) == names:
         return _for_training(net), variant
