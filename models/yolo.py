@@ -115,6 +115,10 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     shapes = ckpt.shapes()
     yaml, names = _yaml_and_names(ckpt)
     family = _family_of(ckpt, shapes, yaml)
+    task = next((t for t, mark in (("segment", ".proto."), ("pose", ".cv4.")) if any(mark in k for k in shapes)), None)
+    if task is not None:
+        raise MlxnetError(f"{ckpt.path}: a {family} {task} checkpoint; the commands read detection checkpoints only "
+                          f"for now (mlxnet.models.yolo_arch builds its network)")
     classes = f"model.{_HEAD[family]}.cv3.0.2.weight"
     if _STEM not in shapes or classes not in shapes:
         found = ", ".join(list(shapes)[:3]) or "no tensors"

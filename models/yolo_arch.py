@@ -22,9 +22,10 @@ import yaml
 
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import compiled_for_inference, handoff
+from mlxnet.weights.layout import from_torch_layout
 
-from .yolo_blocks import (STRIDES, C2PSA, C2f, C3, C3k2, Concat, Conv, Detect, SPPF, Upsample, _check_input,
-                          _make_divisible, direct_decode)
+from .yolo_blocks import (STRIDES, C2PSA, C2f, C3, C3k2, Concat, Conv, Detect, Pose, Segment, SPPF, Upsample,
+                          _check_input, _make_divisible, direct_decode)
 
 # A compiled forward runs the first rows (a chain: each reads only the one before) in stages
 # with these bounds (to the stride-4 block), handed off one by one, then the rest of the
@@ -133,6 +134,9 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 
 # --- the builder -----------------------------------------------------------------------------
 
+HEADS = ("Detect", "Segment", "Segment26", "Pose", "Pose26")  # the last row: the task's head
+
+
 class Parts(list):
     """A Concat row's output: its parts, concatenated along channels only where a reader needs
     the whole map (a C2f or C3k2 reads them in place through its first 1x1 conv)."""
@@ -157,6 +161,30 @@ class YOLONet(nn.Module):
     @property
     def head(self) -> Detect:
         return self.model[-1]
+
+    @property
+    def task(self) -> str:
+        """detect, segment or pose: what the head adds to the boxes."""
+        return "segment" if isinstance(self.head, Segment) else "pose" if isinstance(self.head, Pose) else "detect"
+
+    def task_outputs(self, x: mx.array, one2one: bool = False) -> dict[str, mx.array]:
+        """Everything the head gives: ``detections`` (N, A, 4 + nc) as :meth:`__call__`, and for a
+        segment model ``mask_coefficients`` (N, A, nm) and ``protos`` (N, H/4, W/4, nm), for a
+        pose model ``keypoints`` (N, A, K·dims) in input pixels (visibility as a probability)."""
+        feats = self.features(x)
+        maps = [m for level in self.head.branches(feats, one2one=one2one) for m in level]
+        if self.head.reg_max > 1:
+            from mlxnet import ops
+
+            detections = ops.dfl_decode(self.head.dfl.bin_values(), *maps, strides=STRIDES)
+        else:
+            detections = direct_decode(maps, STRIDES)
+        out = {"detections": detections}
+        if self.task != "detect":
+            out.update(self.head.extras(feats, one2one=one2one))
+        if self.task == "pose":
+            out["keypoints"] = self.head.decode_keypoints(out["keypoints"], feats)
+        return out
 
     def features(self, x: mx.array) -> list[mx.array]:
         """The maps the head reads (strides 8, 16, 32)."""
@@ -314,31 +342,47 @@ def _build(arch: dict[str, Any], scale: str | None, nc: int, fold_bn: bool) -> t
             c2, layer = c_in, Upsample()
         elif kind == "Concat":
             c2, layer = sum(channels[s] for s in source), Concat()
-        elif kind == "Detect":
+        elif kind in HEADS:
             if i != len(rows) - 1:
-                raise MlxnetError(f"architecture row {i}: Detect must be the last row")
-            c2, layer = 0, Detect(nc, [channels[s] for s in source], fold_bn=f, reg_max=reg_max, legacy=legacy,
-                                  end2end=end2end)
+                raise MlxnetError(f"architecture row {i}: {kind} must be the last row")
+            ch, common = [channels[s] for s in source], {"fold_bn": f, "reg_max": reg_max, "legacy": legacy,
+                                                          "end2end": end2end}
+            if kind.startswith("Segment"):
+                nm, npr = (list(args) + [32, 256])[1:3]
+                layer = Segment(nc, ch, int(nm), width_of(npr), proto26=kind == "Segment26", **common)
+            elif kind.startswith("Pose"):
+                kpt = args[1] if len(args) > 1 and not isinstance(args[1], str) else arch.get("kpt_shape", [17, 3])
+                layer = Pose(nc, ch, kpt, pose26=kind == "Pose26", **common)
+            else:
+                layer = Detect(nc, ch, **common)
+            c2 = 0
         else:
             raise MlxnetError(f"architecture row {i}: module {kind!r} is not one mlxnet builds "
-                              "(Conv, C2f, C3k2, SPPF, C2PSA, nn.Upsample, Concat, Detect)")
+                              f"(Conv, C2f, C3k2, SPPF, C2PSA, nn.Upsample, Concat, {', '.join(HEADS)})")
         if repeats > 1 and kind not in ("C2f", "C3k2", "C2PSA"):
             raise MlxnetError(f"architecture row {i}: {kind} repeated {repeats} times is not supported")
         layers.append(layer)
         sources.append(source)
         channels.append(c2)
     if not layers or not isinstance(layers[-1], Detect):
-        raise MlxnetError("the architecture has no Detect head as its last row")
+        raise MlxnetError(f"the architecture has no head ({', '.join(HEADS)}) as its last row")
     return layers, sources, scale
 
 
 def torch_state_to_mlx(state: dict[str, Any]) -> dict[str, mx.array]:
     """An ultralytics state dict (PyTorch layouts) as this network's parameters: conv weights
-    OIHW -> OHWI, BatchNorm step counters dropped."""
+    OIHW -> OHWI (the prototypes' transposed conv IOHW -> OHWI), BatchNorm step counters and
+    YOLO26-pose's training-only flow model dropped."""
     out = {}
     for key, value in state.items():
-        if key.endswith("num_batches_tracked"):
+        if key.endswith("num_batches_tracked") or ".flow_model." in key:
             continue
-        a = mx.array(value)
-        out[key] = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+        out[key] = from_torch_layout(mx.array(value), layout_of(key, tuple(value.shape)))
     return out
+
+
+def layout_of(key: str, shape: tuple[int, ...]) -> str:
+    """The PyTorch layout of an ultralytics YOLO tensor."""
+    if len(shape) != 4:
+        return "plain"
+    return "conv_transpose2d" if key.endswith("proto.upsample.weight") else "conv2d"

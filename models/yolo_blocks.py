@@ -211,18 +211,12 @@ def direct_decode(maps: Sequence[mx.array], strides: Sequence[int], xywh: bool =
     ``maps`` level by level the distances (N, H, W, 4) and class logits (N, H, W, nc). Returns
     (N, A, 4 + nc) float32: xywh (or xyxy) in input pixels, then class probabilities."""
     n = maps[0].shape[0]
-    dists, logits, points, scale = [], [], [], []
-    for (box, cls), s in zip(zip(maps[0::2], maps[1::2]), strides):
-        h, w = box.shape[1:3]
-        ys, xs = mx.meshgrid(mx.arange(h, dtype=mx.float32) + 0.5, mx.arange(w, dtype=mx.float32) + 0.5, indexing="ij")
-        points.append(mx.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1))
-        scale.append(mx.full((h * w, 1), float(s)))
-        dists.append(box.reshape(n, h * w, 4).astype(mx.float32))
-        logits.append(cls.reshape(n, h * w, -1).astype(mx.float32))
-    p, d, st = mx.concatenate(points), mx.concatenate(dists, axis=1), mx.concatenate(scale)
+    p, st = _anchor_points(maps[0::2], strides)
+    d = mx.concatenate([b.reshape(n, -1, 4) for b in maps[0::2]], axis=1).astype(mx.float32)
+    logits = mx.concatenate([c.reshape(n, -1, c.shape[-1]) for c in maps[1::2]], axis=1).astype(mx.float32)
     lo, hi = p - d[..., :2], p + d[..., 2:]
     box = mx.concatenate([(lo + hi) / 2, hi - lo] if xywh else [lo, hi], axis=-1) * st
-    return mx.concatenate([box, mx.sigmoid(mx.concatenate(logits, axis=1))], axis=-1)
+    return mx.concatenate([box, mx.sigmoid(logits)], axis=-1)
 
 
 def _check_input(x: mx.array) -> None:
@@ -328,3 +322,126 @@ class C3k2(C2f):
             last = _chain(block, last) if isinstance(block, list) else block(last)
             parts.append(last)
         return self.cv2(parts)
+
+
+# --- the heads of the segment and pose tasks ----------------------------------------------------
+
+def _upsample(x: mx.array, factor: int) -> mx.array:
+    """Nearest-neighbour upsampling by an integer ``factor`` (NHWC)."""
+    n, h, w, c = x.shape
+    return mx.broadcast_to(x[:, :, None, :, None, :], (n, h, factor, w, factor, c)).reshape(n, h * factor, w * factor, c)
+
+
+class Proto(nn.Module):
+    """Mask prototypes at stride 4: a 3x3 conv, a learned x2 upsampling (transposed conv), a
+    3x3 conv, a 1x1 conv to ``c2`` prototype maps. YOLO26's form (``ch`` given) first adds the
+    coarser levels, each through a 1x1 conv and nearest upsampling, to the stride-8 map and
+    fuses them with a 3x3 conv; its semantic branch (``semseg``) only trains."""
+
+    def __init__(self, c1: int, c_: int = 256, c2: int = 32, fold_bn: bool = False,
+                 ch: Sequence[int] | None = None, nc: int = 80) -> None:
+        super().__init__()
+        from mlxnet.nn import ConvTranspose2d
+
+        if ch is not None:  # YOLO26: its inner width is c_ throughout
+            self.feat_refine = [Conv(x, ch[0], 1, fold_bn=fold_bn) for x in ch[1:]]
+            self.feat_fuse = Conv(ch[0], c_, 3, fold_bn=fold_bn)
+            self.semseg = [Conv(ch[0], c_, 3, fold_bn=fold_bn), Conv(c_, c_, 3, fold_bn=fold_bn), Conv2d(c_, nc, 1)]
+            c1 = c_
+        self.cv1 = Conv(c1, c_, 3, fold_bn=fold_bn)
+        self.upsample = ConvTranspose2d(c_, c_, 2, 2, 0, bias=True)
+        self.cv2 = Conv(c_, c_, 3, fold_bn=fold_bn)
+        self.cv3 = Conv(c_, c2, 1, fold_bn=fold_bn)
+
+    def __call__(self, feats: Sequence[mx.array]) -> mx.array:
+        x = feats[0]
+        if "feat_fuse" in self:
+            for i, refine in enumerate(self.feat_refine):
+                x = x + _upsample(refine(feats[i + 1]), 2 ** (i + 1))
+            x = self.feat_fuse(x)
+        return self.cv3(self.cv2(self.upsample(self.cv1(x))))
+
+
+class Segment(Detect):
+    """Detect plus per-anchor mask coefficients (cv4, ``nm`` each) and the prototypes they weigh
+    (:class:`Proto`); YOLO26's form (``proto26``) builds its prototypes from every level."""
+
+    def __init__(self, nc: int, ch: Sequence[int], nm: int = 32, npr: int = 256, fold_bn: bool = False,
+                 reg_max: int = REG_MAX, legacy: bool = True, end2end: bool = False, proto26: bool = False) -> None:
+        super().__init__(nc, ch, fold_bn, reg_max, legacy, end2end)
+        self.nm = nm
+        self.proto = Proto(ch[0], npr, nm, fold_bn, ch=ch if proto26 else None, nc=nc)
+        c4 = max(ch[0] // 4, nm)
+        branch = lambda x: [Conv(x, c4, 3, fold_bn=fold_bn), Conv(c4, c4, 3, fold_bn=fold_bn), Conv2d(c4, nm, 1)]  # noqa: E731
+        self.cv4 = [branch(x) for x in ch]
+        if end2end:
+            self.one2one_cv4 = [branch(x) for x in ch]
+
+    def extras(self, feats: Sequence[mx.array], one2one: bool = False) -> dict[str, mx.array]:
+        """The mask coefficients (N, A, nm) and the prototypes (N, H/4, W/4, nm)."""
+        heads = self.one2one_cv4 if one2one else self.cv4
+        n = feats[0].shape[0]
+        coeffs = [_chain(h, x).reshape(n, -1, self.nm) for h, x in zip(heads, feats)]
+        return {"mask_coefficients": mx.concatenate(coeffs, axis=1), "protos": self.proto(feats)}
+
+
+class Pose(Detect):
+    """Detect plus per-anchor keypoints (cv4): ``kpt_shape`` (K, 2 or 3) offsets from the anchor
+    in units of twice the stride, and a visibility logit. YOLO26's form (``pose26``) splits cv4
+    into a shared trunk, ``cv4_kpts`` and a training-only ``cv4_sigma`` (its RealNVP flow model
+    also only trains)."""
+
+    def __init__(self, nc: int, ch: Sequence[int], kpt_shape: Sequence[int] = (17, 3), fold_bn: bool = False,
+                 reg_max: int = REG_MAX, legacy: bool = True, end2end: bool = False, pose26: bool = False) -> None:
+        super().__init__(nc, ch, fold_bn, reg_max, legacy, end2end)
+        self.kpt_shape = tuple(int(k) for k in kpt_shape)
+        self.pose26 = pose26
+        nk = self.kpt_shape[0] * self.kpt_shape[1]
+        if pose26:
+            c4 = max(ch[0] // 4, self.kpt_shape[0] * (self.kpt_shape[1] + 2))
+            trunk = lambda x: [Conv(x, c4, 3, fold_bn=fold_bn), Conv(c4, c4, 3, fold_bn=fold_bn)]  # noqa: E731
+            heads = {"cv4": lambda x: trunk(x), "cv4_kpts": lambda x: Conv2d(c4, nk, 1),
+                     "cv4_sigma": lambda x: Conv2d(c4, 2 * self.kpt_shape[0], 1)}
+        else:
+            c4 = max(ch[0] // 4, nk)
+            heads = {"cv4": lambda x: [Conv(x, c4, 3, fold_bn=fold_bn), Conv(c4, c4, 3, fold_bn=fold_bn),
+                                       Conv2d(c4, nk, 1)]}
+        for name, make in heads.items():
+            setattr(self, name, [make(x) for x in ch])
+            if end2end:
+                setattr(self, f"one2one_{name}", [make(x) for x in ch])
+
+    def extras(self, feats: Sequence[mx.array], one2one: bool = False) -> dict[str, mx.array]:
+        """The raw keypoint outputs (N, A, K·dims), before :meth:`decode_keypoints`."""
+        prefix = "one2one_" if one2one else ""
+        trunk, kpts = getattr(self, prefix + "cv4"), self.get(prefix + "cv4_kpts")
+        n, nk = feats[0].shape[0], self.kpt_shape[0] * self.kpt_shape[1]
+        rows = []
+        for i, x in enumerate(feats):
+            y = _chain(trunk[i], x)
+            rows.append((kpts[i](y) if kpts is not None else y).reshape(n, -1, nk))
+        return {"keypoints": mx.concatenate(rows, axis=1)}
+
+    def decode_keypoints(self, raw: mx.array, feats: Sequence[mx.array]) -> mx.array:
+        """(N, A, K·dims) raw -> keypoints in input pixels: x = (2·dx + anchor_x − 0.5)·stride
+        (anchor at the cell's centre; YOLO26: (dx + anchor_x)·stride), visibility through a
+        sigmoid."""
+        k, dims = self.kpt_shape
+        n, a = raw.shape[:2]
+        y = raw.astype(mx.float32).reshape(n, a, k, dims)
+        points, stride = _anchor_points(feats, STRIDES)
+        offset = y[..., :2] if self.pose26 else y[..., :2] * 2.0 - 0.5
+        xy = (offset + points[:, None, :]) * stride[:, None, :]
+        parts = [xy, mx.sigmoid(y[..., 2:3])] if dims == 3 else [xy]
+        return mx.concatenate(parts, axis=-1).reshape(n, a, k * dims)
+
+
+def _anchor_points(feats: Sequence[mx.array], strides: Sequence[int]) -> tuple[mx.array, mx.array]:
+    """Every anchor's centre in grid units (A, 2) and its stride (A, 1), level by level."""
+    points, scale = [], []
+    for x, s in zip(feats, strides):
+        h, w = x.shape[1:3]
+        ys, xs = mx.meshgrid(mx.arange(h, dtype=mx.float32) + 0.5, mx.arange(w, dtype=mx.float32) + 0.5, indexing="ij")
+        points.append(mx.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1))
+        scale.append(mx.full((h * w, 1), float(s)))
+    return mx.concatenate(points), mx.concatenate(scale)

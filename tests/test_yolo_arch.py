@@ -1,7 +1,8 @@
 """The YOLO architecture builder against ultralytics 8.4 itself: YOLOv8, YOLO11 and YOLO26
-detectors built from the yaml ultralytics built them from, with the same seeded weights
-(tests/fixtures/yolo_arch, scripts/goldens/golden_yolo_arch.py): parameter counts, both heads'
-raw outputs, the decoded output, and YOLO26's NMS-free detections."""
+detect, segment and pose networks built from the yaml ultralytics built them from, with the same
+seeded weights (tests/fixtures/yolo_arch, scripts/goldens/golden_yolo_arch.py): parameter counts,
+both heads' raw outputs (boxes, classes, mask coefficients, keypoints), the prototypes, the
+decoded output, and YOLO26's NMS-free detections."""
 from __future__ import annotations
 
 import json
@@ -62,14 +63,26 @@ def test_the_builder_reproduces_ultralytics_network(model):
         boxes, scores = flat_head(net.head_outputs(X, one2one=one2one))
         np.testing.assert_allclose(boxes, np.array(GOLD[f"{name}.{prefix}boxes"]), atol=2e-5, rtol=1e-5)
         np.testing.assert_allclose(scores, np.array(GOLD[f"{name}.{prefix}scores"]), atol=2e-5, rtol=1e-5)
-    out = np.array(net(X))
+        feats = net.features(X)
+        extras = net.head.extras(feats, one2one=one2one) if net.task != "detect" else {}
+        raw = extras.get("mask_coefficients", extras.get("keypoints"))
+        if raw is not None:
+            key = f"{name}.{prefix}{'mask' if net.task == 'segment' else 'kpts'}"
+            np.testing.assert_allclose(np.array(raw).transpose(0, 2, 1), np.array(GOLD[key]), atol=2e-5, rtol=1e-5)
+    outputs = net.task_outputs(X)
+    np.testing.assert_allclose(np.array(net(X)), np.array(outputs["detections"]), atol=1e-6)
+    parts = [outputs["detections"]] + [outputs[k] for k in ("mask_coefficients", "keypoints") if k in outputs]
+    out = np.array(mx.concatenate(parts, axis=-1))
     np.testing.assert_allclose(out, np.array(GOLD[f"{name}.out"]).transpose(0, 2, 1), atol=1e-3, rtol=1e-5)
+    if "protos" in outputs:
+        np.testing.assert_allclose(np.array(outputs["protos"]).transpose(0, 3, 1, 2), np.array(GOLD[f"{name}.proto"]),
+                                   atol=2e-5, rtol=1e-5)
     if f"{name}.e2e" in GOLD:
         check_end2end(np.array(net.end2end(X)), np.array(GOLD[f"{name}.e2e"]), 1e-5)
 
 
 def test_the_families_own_architectures_are_ultralytics():
-    for name in MODELS:
+    for name in [m for m in MODELS if "-" not in m]:
         family, scale = name[:-1], name[-1]
         ours = {k: v.shape for k, v in tree_flatten(build(ARCHITECTURES[family], scale).parameters())}
         theirs = {k: v.shape for k, v in tree_flatten(build(META[name]["yaml"]).parameters())}
@@ -88,7 +101,7 @@ def test_folded_batchnorm_gives_the_same_detections():
 @pytest.mark.parametrize("rows, message", [
     ([[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "GhostConv", [32]]], "module 'GhostConv' is not one mlxnet builds"),
     ([[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "Conv"]], "expected [from, repeats, module, args]"),
-    ([[-1, 1, "Conv", [16, 3, 2]]], "no Detect head"),
+    ([[-1, 1, "Conv", [16, 3, 2]]], "no head (Detect, Segment"),
     ([[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "nn.Upsample", [None, 3, "bilinear"]]], "nearest x2"),
 ])
 def test_an_architecture_mlxnet_cannot_build_is_named_in_one_line(rows, message):
@@ -114,3 +127,15 @@ def test_the_builder_on_the_gpu(name):
     if f"{name}.e2e" in GOLD:
         e2e = np.array(net.end2end(X))
         np.testing.assert_allclose(e2e[..., 4], np.array(GOLD[f"{name}.e2e"])[..., 4], atol=2e-3)
+
+
+def test_a_segment_checkpoint_is_refused_by_the_detect_commands_in_one_line(tmp_path):
+    from mlxnet.models.yolo import YOLO
+    from mlxnet.weights import save_converted
+
+    net = build(META["yolo11n-seg"]["yaml"])
+    path = save_converted(tmp_path / "seg.safetensors", dict(tree_flatten(net.parameters())), "yolo11n", {"nc": 80},
+                          None, source="test")
+    with pytest.raises(MlxnetError) as err:
+        YOLO.from_pretrained(str(path))
+    assert "a yolo11 segment checkpoint" in str(err.value) and "\n" not in str(err.value)

@@ -12,7 +12,10 @@ built from, which mlxnet builds from too, and the gains):
   <model>.o2o.boxes / .scores the one-to-one head's, for end-to-end models (YOLO26)
   <model>.out                 the eval forward's output as ultralytics' predictor runs it by default
                               (nms=None, so YOLO26 too decodes its one-to-many head for NMS):
-                              (1, 4 + nc, A) xywh + scores
+                              (1, 4 + nc [+ nm mask coefficients | + K·3 decoded keypoints], A)
+  <model>.mask / .kpts        a segment model's raw mask coefficients (1, nm, A), a pose model's
+                              raw keypoints (1, K·3, A) (and .o2o. for the one-to-one head)
+  <model>.proto               a segment model's prototypes (1, nm, H/4, W/4)
   <model>.e2e                 an end-to-end model's NMS-free output (nms=False): its one-to-one
                               head's top 300 (1, 300, 6): xyxy, score, class
 """
@@ -36,7 +39,8 @@ spec.loader.exec_module(seeded)
 
 SEED = 1234
 MODELS = {"yolov8n": (1.0, 20.0), "yolo11n": (1.0, 20.0), "yolo11m": (1.0, 20.0), "yolo26n": (1.0, 20.0),
-          "yolo26m": (1.0, 20.0)}
+          "yolo26m": (1.0, 20.0), "yolov8n-seg": (1.0, 20.0), "yolo11n-seg": (1.0, 20.0), "yolo26n-seg": (1.0, 20.0),
+          "yolov8n-pose": (1.0, 20.0), "yolo11n-pose": (1.0, 20.0), "yolo26n-pose": (1.0, 20.0)}
 
 
 def main(out: Path) -> None:
@@ -56,19 +60,27 @@ def main(out: Path) -> None:
         model.eval()
         with torch.no_grad():
             y, preds = model(x)
+        if isinstance(y, tuple):  # a segment model: (detections, prototypes)
+            y, proto = y
+            arrays[f"{name}.proto"] = proto.numpy()
         heads = {"": preds} if "one2many" not in preds else {"": preds["one2many"], "o2o.": preds["one2one"]}
         for prefix, p in heads.items():
             arrays[f"{name}.{prefix}boxes"] = p["boxes"].numpy()
             arrays[f"{name}.{prefix}scores"] = p["scores"].numpy()
+            for key, short in (("mask_coefficient", "mask"), ("kpts", "kpts")):
+                if key in p:
+                    arrays[f"{name}.{prefix}{short}"] = p[key].numpy()
         arrays[f"{name}.out"] = y.numpy()
         if "one2one" in preds:
             model.end2end = True
             with torch.no_grad():
-                arrays[f"{name}.e2e"] = model(x)[0].numpy()
+                e2e = model(x)[0]
+            arrays[f"{name}.e2e"] = (e2e[0] if isinstance(e2e, tuple) else e2e).numpy()
             model.end2end = False
         meta[name] = {"yaml": model.yaml, "gains": [bn_gain, head_gain],
-                      "parameters": int(sum(v.numel() for v in model.parameters()))}
-        top = np.sort(arrays[f"{name}.out"][0, 4:].max(0))
+                      # YOLO26-pose's RealNVP flow model only trains: mlxnet leaves it out
+                      "parameters": int(sum(v.numel() for k, v in model.named_parameters() if ".flow_model." not in k))}
+        top = np.sort(arrays[f"{name}.out"][0, 4:84].max(0))
         print(name, tuple(y.shape), "top scores", top[-5:], file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items()}, str(out / "golden.safetensors"))
