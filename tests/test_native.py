@@ -17,6 +17,7 @@ import pytest
 import mlxnet
 from mlxnet import _native, ops
 from mlxnet.ops.activations import cpu as activations_cpu
+from mlxnet.ops.conv import cpu as conv_cpu
 from testutil import assert_close
 
 # nanobind is a dependency on Linux; a machine without it (or without g++) runs the composed paths.
@@ -466,6 +467,7 @@ def test_direct_conv_rejects_what_it_cannot_run(native):
 
 
 def test_conv2d_takes_the_direct_conv_where_it_fits(native, monkeypatch):
+    monkeypatch.setattr(conv_cpu, "_direct_conv_tuned", lambda: True)  # the rules where it is tuned
     calls = []
     direct = native.direct_conv2d
     monkeypatch.setattr(native, "direct_conv2d", lambda *a: calls.append((a[1].shape, a[-1])) or direct(*a))
@@ -507,7 +509,25 @@ def test_direct_conv_reads_channel_parts_in_place(native):
         native.direct_conv2d([parts[0], parts[1][:, :8]], w[:, :, :, :19], None, (1, 1), (1, 1), (1, 1), False)
 
 
+def test_the_direct_conv_runs_only_where_its_tiles_fit_the_registers(native, monkeypatch):
+    """Its register tiles are AVX-512's: on an AVX2 CPU (most users') they spill and a YOLOv8n
+    took 10× longer, so there the other formulations run."""
+    calls = []
+    direct = native.direct_conv2d
+    monkeypatch.setattr(native, "direct_conv2d", lambda *a: calls.append(a[1].shape) or direct(*a))
+    x, w = mx.random.normal((1, 20, 20, 32)), mx.random.normal((32, 3, 3, 32)) * 0.1
+    for level, taken in (("x86-64-v3", 0), ("x86-64-v4", 1)):
+        monkeypatch.setattr(conv_cpu._native, "instruction_set", lambda level=level: level)
+        conv_cpu._direct_conv_tuned.cache_clear()
+        got = ops.conv2d(x, w, padding=1, activation="silu")
+        np.testing.assert_allclose(np.array(got), np.array(_conv_reference(x, w, None, 1, 1, 1, True)),
+                                   rtol=1e-5, atol=2e-5)
+        assert len(calls) == taken, level
+    conv_cpu._direct_conv_tuned.cache_clear()
+
+
 def test_convs_ending_in_a_silu_take_the_direct_conv_at_any_width(native, monkeypatch):
+    monkeypatch.setattr(conv_cpu, "_direct_conv_tuned", lambda: True)  # the rules where it is tuned
     calls = []
     direct = native.direct_conv2d
     monkeypatch.setattr(native, "direct_conv2d", lambda *a: calls.append(a[1].shape) or direct(*a))
