@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUS = ROOT / "tests/fixtures/yolo/bus.jpg"
 
 
-def _golden_script():
-    spec = importlib.util.spec_from_file_location("golden_yolo_arch", ROOT / "scripts/goldens/golden_yolo_arch.py")
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "goldens" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -27,7 +27,7 @@ def test_the_architecture_goldens_are_ultralytics_today(tmp_path, monkeypatch):
     from safetensors.numpy import load_file
 
     monkeypatch.setenv("YOLO_OFFLINE", "1")
-    _golden_script().main(tmp_path)
+    _script("golden_yolo_arch").main(tmp_path)
     fresh, kept = load_file(str(tmp_path / "golden.safetensors")), load_file(str(ROOT / "tests/fixtures/yolo_arch/golden.safetensors"))
     assert fresh.keys() == kept.keys()
     for key in kept:
@@ -48,7 +48,7 @@ def test_an_ultralytics_checkpoint_detects_as_ultralytics(name, tmp_path, monkey
     from mlxnet.models.yolo import YOLO
 
     monkeypatch.setenv("YOLO_OFFLINE", "1")
-    seeded = _golden_script().seeded
+    seeded = _script("reference").seeded
     model = DetectionModel(f"{name}.yaml", verbose=False)
     shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
     weights = seeded.seeded_yolo_state(shapes, 1234, 2.5, 5.0)

@@ -28,22 +28,15 @@ and OUTDIR/detection_loss_golden.json: the cases' labels and settings.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 import zlib
 from pathlib import Path
 
-os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/ultralytics-config")
-os.environ.setdefault("YOLO_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
-seeded = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seeded)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import ROOT, load_seeded  # noqa: E402  (also keeps ultralytics offline)
 
 SEED = 1234
 NC = 3
@@ -81,15 +74,10 @@ def projection_vectors(key: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def seeded_model():
-    import torch
     from ultralytics.cfg import get_cfg
     from ultralytics.nn.tasks import DetectionModel
 
-    model = DetectionModel("yolov8n.yaml", nc=NC, verbose=False)
-    shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-    w = seeded.seeded_yolo_state(shapes, SEED, 1.0, HEAD_GAIN)
-    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()}, strict=False)
-    assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
+    model = load_seeded(DetectionModel("yolov8n.yaml", nc=NC, verbose=False), SEED, 1.0, HEAD_GAIN)
     model.double()
     model.args = get_cfg()  # the default hyperparameters: box 7.5, cls 0.5, dfl 1.5
     model.train()
@@ -134,14 +122,18 @@ def main(outdir: str) -> None:
     from safetensors.numpy import save_file
 
     torch.manual_seed(0)
-    torch.set_default_dtype(torch.float64)  # the loss's own buffers too
-    model = seeded_model()
-    arrays, meta = {}, {"seed": SEED, "nc": NC, "head_gain": HEAD_GAIN, "cases": {}}
-    for name, (images, boxes, classes) in cases().items():
-        for k, v in run_case(model, images, boxes, classes).items():
-            arrays[f"{name}.{k}"] = np.ascontiguousarray(v)
-        meta["cases"][name] = {"objects": [len(b) for b in boxes],
-                               "parts": arrays[f"{name}.parts"].tolist(), "loss": float(arrays[f"{name}.loss"][0])}
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the loss's own buffers too; restored for the caller
+    try:
+        model = seeded_model()
+        arrays, meta = {}, {"seed": SEED, "nc": NC, "head_gain": HEAD_GAIN, "cases": {}}
+        for name, (images, boxes, classes) in cases().items():
+            for k, v in run_case(model, images, boxes, classes).items():
+                arrays[f"{name}.{k}"] = np.ascontiguousarray(v)
+            meta["cases"][name] = {"objects": [len(b) for b in boxes], "parts": arrays[f"{name}.parts"].tolist(),
+                                   "loss": float(arrays[f"{name}.loss"][0])}
+    finally:
+        torch.set_default_dtype(default)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     save_file(arrays, str(out / "detection_loss_golden.safetensors"))

@@ -22,21 +22,14 @@ Writes OUTDIR/yolo_golden.safetensors and OUTDIR/yolo_golden.json:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/ultralytics-config")
-os.environ.setdefault("YOLO_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
-seeded = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seeded)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import load_seeded  # noqa: E402  (also keeps ultralytics offline)
 
 SEED = 1234
 GAINS = (1.0, 20.0)  # (bn_gain, head_gain) for the small-input heads of every scale
@@ -48,16 +41,10 @@ IMAGES = ("bus", "zidane")
 
 
 def seeded_model(scale: str, bn_gain: float, head_gain: float):
-    import torch
     from ultralytics import YOLO
 
     yolo = YOLO(f"yolov8{scale}.yaml", task="detect")
-    model = yolo.model
-    shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-    w = seeded.seeded_yolo_state(shapes, SEED, bn_gain, head_gain)
-    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()}, strict=False)
-    assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
-    model.eval()
+    load_seeded(yolo.model, SEED, bn_gain, head_gain).eval()
     return yolo
 
 

@@ -21,21 +21,14 @@ built from, which mlxnet builds from too, and the gains):
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/ultralytics-config")
-os.environ.setdefault("YOLO_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("seeded", ROOT / "mlxnet/weights/seeded.py")
-seeded = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seeded)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import seeded_task_model  # noqa: E402  (also keeps ultralytics offline)
 
 SEED = 1234
 MODELS = {"yolov8n": (1.0, 20.0), "yolo11n": (1.0, 20.0), "yolo11m": (1.0, 20.0), "yolo26n": (1.0, 20.0),
@@ -46,18 +39,12 @@ MODELS = {"yolov8n": (1.0, 20.0), "yolo11n": (1.0, 20.0), "yolo11m": (1.0, 20.0)
 def main(out: Path) -> None:
     import torch
     from safetensors.numpy import save_file
-    from ultralytics.nn.tasks import DetectionModel
 
-    torch.manual_seed(0)
-    x = torch.rand(1, 3, 128, 160)
+    # numpy's generator: what torch's would draw depends on its default dtype, which a caller may have changed
+    x = torch.from_numpy(np.random.default_rng(0).random((1, 3, 128, 160), dtype=np.float32))
     arrays, meta = {"input": x.numpy()}, {}
     for name, (bn_gain, head_gain) in MODELS.items():
-        model = DetectionModel(f"{name}.yaml", verbose=False)
-        shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
-        w = seeded.seeded_yolo_state(shapes, SEED, bn_gain, head_gain)
-        missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()}, strict=False)
-        assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (missing, unexpected)
-        model.eval()
+        model = seeded_task_model(f"{name}.yaml", SEED, bn_gain, head_gain)
         with torch.no_grad():
             y, preds = model(x)
         if isinstance(y, tuple):  # a segment model: (detections, prototypes)
