@@ -77,6 +77,7 @@ FAMILIES = ("yolov8", "yolo11", "yolo26")
 MODELS = tuple(f"{family}{s}" for family in FAMILIES for s in SCALES)
 _STEM = "model.0.conv.weight"  # output axis: the width, which names the scale
 _HEAD = {"yolov8": 22, "yolo11": 23, "yolo26": 23}  # the Detect row
+_DISPLAY = {"yolov8": "YOLOv8", "yolo11": "YOLO11", "yolo26": "YOLO26"}
 
 
 def _family_of(ckpt: Checkpoint, shapes: dict, yaml: dict) -> str:
@@ -117,12 +118,12 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     family = _family_of(ckpt, shapes, yaml)
     task = next((t for t, mark in (("segment", ".proto."), ("pose", ".cv4.")) if any(mark in k for k in shapes)), None)
     if task is not None:
-        raise MlxnetError(f"{ckpt.path}: a {family} {task} checkpoint; the commands read detection checkpoints only "
+        raise MlxnetError(f"{ckpt.path}: a {_DISPLAY[family]} {task} checkpoint; the commands read detection checkpoints only "
                           f"for now (mlxnet.models.yolo_arch builds its network)")
     classes = f"model.{_HEAD[family]}.cv3.0.2.weight"
     if _STEM not in shapes or classes not in shapes:
         found = ", ".join(list(shapes)[:3]) or "no tensors"
-        raise MlxnetError(f"{ckpt.path}: not a YOLO detection checkpoint (no {_STEM if _STEM not in shapes else classes}; "
+        raise MlxnetError(f"{ckpt.path}: not a {_DISPLAY[family]} detection checkpoint (no {_STEM if _STEM not in shapes else classes}; "
                           f"found {len(shapes)} tensors: {found}, ...)")
     width = shapes[_STEM][0]
     scales = SCALES if family == "yolov8" else ARCHITECTURES[family]["scales"]
@@ -132,7 +133,7 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
         fits = [s for s in fits if ("model.2.m.1.cv1.conv.weight" in shapes) == (round(2 * scales[s][0]) > 1)]
     if len(fits) != 1:
         widths = ", ".join(str(_make_divisible(64 * w)) for _, w, _ in scales.values())
-        raise MlxnetError(f"{ckpt.path}: a {family} stem {width} channels wide fits no scale "
+        raise MlxnetError(f"{ckpt.path}: a {_DISPLAY[family]} stem {width} channels wide fits no scale "
                           f"(n, s, m, l, x have {widths})")
     scale, nc = fits[0], shapes[classes][0]
     if ckpt.converted:

@@ -138,4 +138,4 @@ def test_a_segment_checkpoint_is_refused_by_the_detect_commands_in_one_line(tmp_
                           None, source="test")
     with pytest.raises(MlxnetError) as err:
         YOLO.from_pretrained(str(path))
-    assert "a yolo11 segment checkpoint" in str(err.value) and "\n" not in str(err.value)
+    assert "a YOLO11 segment checkpoint" in str(err.value) and "\n" not in str(err.value)
