@@ -86,8 +86,10 @@ def test_two_ranks_take_one_process_steps_and_resume_to_its_result(tmp_path):
     single(*args, "-o", tmp_path / "whole")
     whole = mx.load(str(tmp_path / "whole" / "model.safetensors"))
     par = mx.load(str(tmp_path / "two" / "model.safetensors"))
+    # Each rank's half batch runs its convolutions as GEMMs of another size, whose sums round
+    # differently: over six steps a few 1e-6 on weights of about 1e-3 (CPUs without AVX-512).
     for key in whole:
-        np.testing.assert_allclose(np.array(par[key]), np.array(whole[key]), rtol=1e-5, atol=1e-6, err_msg=key)
+        np.testing.assert_allclose(np.array(par[key]), np.array(whole[key]), rtol=1e-5, atol=1e-5, err_msg=key)
 
 
 def test_two_ranks_train_a_detector_as_one_process(tmp_path):
