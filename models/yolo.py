@@ -28,7 +28,7 @@ from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec,
                             random_init, register_spec)
 
 from .yolo_arch import ARCHITECTURES, YOLONet
-from .yolo_blocks import BN_EPS, STRIDES, _make_divisible
+from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
 from .yolo_val import detections as val_detections
 from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch
 
@@ -45,7 +45,7 @@ class YOLOv8(YOLONet):
     def __init__(self, scale: str = "n", nc: int = 80, fold_bn: bool = False) -> None:
         if scale not in SCALES:
             raise MlxnetError(f"unknown YOLOv8 scale {scale!r}: expected one of {', '.join(SCALES)}")
-        super().__init__(ARCHITECTURES["yolov8"], scale, nc, fold_bn)
+        super().__init__(ARCHITECTURES["yolov8"], scale, nc, fold_bn, family="yolov8")
 
 
 def yolov8n(nc: int = 80) -> YOLOv8:
@@ -148,12 +148,14 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     return Description(f"{family}{scale}", {"nc": nc}, names)
 
 
-def _build_net(family: str, scale: str, nc: int = 80, fold_bn: bool = False) -> nn.Module:
+def build_variant(variant: str, nc: int = 80, fold_bn: bool = False) -> YOLONet:
+    """The network of a model id (``yolov8s``, ``yolo11n``...) for ``nc`` classes."""
+    family, scale = variant[:-1], variant[-1]
+    if family not in FAMILIES or scale not in SCALES:
+        raise MlxnetError(f"unknown model {variant!r}: expected one of {', '.join(MODELS)}")
     if family == "yolov8":
         return YOLOv8(scale, nc, fold_bn=fold_bn)
-    from .yolo_arch import ARCHITECTURES, build
-
-    return build(ARCHITECTURES[family], scale, nc, fold_bn)
+    return YOLONet(ARCHITECTURES[family], scale, nc, fold_bn, family=family)
 
 
 _REPOS = {"yolov8": "Ultralytics/YOLOv8", "yolo11": "Ultralytics/YOLO11", "yolo26": "Ultralytics/YOLO26"}
@@ -164,7 +166,7 @@ for _f, _s in itertools.product(FAMILIES, SCALES):
         drop=[r".*\.num_batches_tracked"],
         layouts=lambda key, shape: "conv2d" if len(shape) == 4 else None,
         fold_bn=[FoldBN(r"(.*(?<!\.dfl))\.conv", r"\1.bn", eps=BN_EPS)],
-        build=lambda fold_bn=False, nc=80, _f=_f, _s=_s: _build_net(_f, _s, nc, fold_bn),
+        build=lambda fold_bn=False, nc=80, _f=_f, _s=_s: build_variant(f"{_f}{_s}", nc, fold_bn),
         describe=describe_checkpoint,
     ))
 
@@ -360,7 +362,7 @@ class YOLOFamily(families.ModelFamily):
     default_size = 640
 
     def build(self, variant: str) -> nn.Module:
-        return random_init(_build_net(variant[:-1], variant[-1]))
+        return random_init(build_variant(variant))
 
     def from_pretrained(self, source: str, variant: str | None = None, dtype: str | None = None) -> YOLOv8:
         return YOLO.from_pretrained(source, model=variant, dtype=dtype or "float32", fuse=False).net

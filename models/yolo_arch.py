@@ -150,8 +150,9 @@ class YOLONet(nn.Module):
     Input (N, H, W, 3) RGB in [0, 1], H and W multiples of 32."""
 
     def __init__(self, arch: dict[str, Any], scale: str | None = None, nc: int | None = None,
-                 fold_bn: bool = False) -> None:
+                 fold_bn: bool = False, family: str | None = None) -> None:
         super().__init__()
+        self.family = family  # the model id's family (yolov8, yolo11, yolo26) when built as one
         # Underscored: MLX leaves these out of the parameter tree.
         self._arch = arch
         self.nc = int(nc if nc is not None else arch.get("nc", 80))

@@ -58,7 +58,7 @@ class DetectTrainConfig:
     """The run's settings; every default is ultralytics' (its name in the comment where it differs)."""
 
     data: str
-    model: str | None = None  # yolov8n..x; default: the checkpoint's, else yolov8n
+    model: str | None = None  # yolov8n..x, yolo11n..x; default: the checkpoint's, else yolov8n
     weights: str | None = None  # hub id or file; None: the model's official weights; "none": from scratch
     output: str = "runs/detect"
     epochs: int = 100
@@ -119,58 +119,67 @@ def fitness(row: EpochRow) -> float:
 
 # --- the network ---------------------------------------------------------------------------------
 
+# The families whose loss is ultralytics' v8DetectionLoss (DFL over 16 bins): YOLO26's end-to-end
+# loss (one-to-one head, no DFL) is another.
+TRAINABLE_FAMILIES = ("yolov8", "yolo11")
+
+
 def _fresh_class_head(new: nn.Module) -> None:
     """ultralytics' Detect.bias_init for the class convs of ``new`` (box biases 1, class biases
     log(5 / nc / (640 / stride)²)); their weights keep PyTorch's default uniform initialisation."""
     from ..models.yolo import STRIDES
 
     for level, s in enumerate(STRIDES):
-        conv = new.model[22].cv3[level][2]
+        conv = new.head.cv3[level][2]
         fan_in = conv.weight.shape[1] * conv.weight.shape[2] * conv.weight.shape[3]
         bound = 1 / math.sqrt(fan_in)
         conv.weight = mx.random.uniform(-bound, bound, conv.weight.shape)
         conv.bias = mx.full(conv.bias.shape, math.log(5 / new.nc / (640 / s) ** 2))
 
 
+def _trainable(variant: str | None, source: str) -> None:
+    from ..models.yolo import MODELS
+
+    if variant is not None and variant in MODELS and not variant.startswith(TRAINABLE_FAMILIES):
+        trainable = [m for m in MODELS if m.startswith(TRAINABLE_FAMILIES)]
+        raise MlxnetError(f"{source}: a {variant}; train detect trains {', '.join(trainable)} (YOLO26's end-to-end "
+                          "loss is not in mlxnet yet; detect, track and val load it)")
+
+
 def build_network(cfg: DetectTrainConfig, names: tuple[str, ...],
                   log: Callable[[str], None] | None = None) -> tuple[nn.Module, str]:
-    """The YOLOv8 to train, for ``names``: the checkpoint's weights (its class convs replaced when
-    its classes are not the data set's, a class of the same name keeping its row), or a fresh
-    network. Returns it and its variant."""
-    from ..models.yolo import MODELS, YOLO, YOLOv8
+    """The YOLOv8 / YOLO11 to train, for ``names``: the checkpoint's weights (its class convs
+    replaced when its classes are not the data set's, a class of the same name keeping its row),
+    or a fresh network. Returns it and its variant."""
+    from ..models.yolo import YOLO, build_variant
 
     mx.random.seed(cfg.seed)
     nc = len(names)
-    trainable = [m for m in MODELS if m.startswith("yolov8")]
-    if cfg.model is not None and cfg.model in MODELS and cfg.model not in trainable:
-        raise MlxnetError(f"train detect trains YOLOv8 ({', '.join(trainable)}); {cfg.model} is not trainable "
-                          "in mlxnet yet (detect, track and val load it)")
+    _trainable(cfg.model, cfg.model or "")
     if cfg.weights is not None and cfg.weights.lower() == "none":
         variant = cfg.model or "yolov8n"
-        if variant not in trainable:
-            raise MlxnetError(f"unknown model {variant!r}: expected one of {', '.join(trainable)}")
-        net = YOLOv8(variant[-1], nc)
+        net = build_variant(variant, nc)
         _fresh_class_head(net)
         for level in range(3):  # ultralytics' box-branch bias: 1
-            box = net.model[22].cv2[level][2]
+            box = net.head.cv2[level][2]
             box.bias = mx.ones(box.bias.shape)
         return _for_training(net), variant
     source = cfg.weights or cfg.model or "yolov8n"
     yolo = YOLO.from_pretrained(source, model=cfg.model, dtype="float32", fuse=False)
-    if not isinstance(yolo.net, YOLOv8):
-        raise MlxnetError(f"{source}: holds a YOLO11 / YOLO26 network; train detect trains YOLOv8 "
-                          f"({', '.join(trainable)}) for now (detect, track and val load it)")
-    net, variant = yolo.net, f"yolov8{yolo.net.scale}"
+    net = yolo.net
+    variant = f"{net.family}{net.scale}"
+    _trainable(variant, source)
     if tuple(yolo.names) == names:
         return _for_training(net), variant
-    new = YOLOv8(net.scale, nc)
+    new = build_variant(variant, nc)
     weights = dict(tree_flatten(net.parameters()))
-    head = {f"model.22.cv3.{i}.2.{p}" for i in range(3) for p in ("weight", "bias")}
+    row = len(net.model) - 1
+    head = {f"model.{row}.cv3.{i}.2.{p}" for i in range(3) for p in ("weight", "bias")}
     new.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in head]))
     _fresh_class_head(new)
     kept = [(j, list(yolo.names).index(n)) for j, n in enumerate(names) if n in yolo.names]
     for level in range(3):
-        old, conv = net.model[22].cv3[level][2], new.model[22].cv3[level][2]
+        old, conv = net.head.cv3[level][2], new.head.cv3[level][2]
         if kept:
             rows, src = mx.array([j for j, _ in kept]), mx.array([i for _, i in kept])
             conv.weight[rows] = old.weight[src]
@@ -185,7 +194,7 @@ def _for_training(net: nn.Module) -> nn.Module:
     for _, m in net.named_modules():
         if isinstance(m, nn.BatchNorm):
             m.momentum = 0.03
-    net.model[22].dfl.freeze()
+    net.head.dfl.freeze()
     net.train()
     return net
 
@@ -196,16 +205,16 @@ class Validator:
     every epoch."""
 
     def __init__(self, variant: str, nc: int, names: tuple[str, ...]) -> None:
-        from ..models.yolo import YOLO, YOLOv8
+        from ..models.yolo import YOLO, build_variant
 
         self.variant, self.nc = variant, nc
-        self.yolo = YOLO(YOLOv8(variant[-1], nc).fuse(), names)
+        self.yolo = YOLO(build_variant(variant, nc).fuse(), names)
 
     def load(self, arrays: dict[str, mx.array]) -> Any:
         """The :class:`mlxnet.models.yolo.YOLO` holding ``arrays``, BatchNorms folded."""
-        from ..models.yolo import YOLOv8
+        from ..models.yolo import build_variant
 
-        net = YOLOv8(self.variant[-1], self.nc)
+        net = build_variant(self.variant, self.nc)
         net.update(tree_unflatten(list(arrays.items())))
         net.eval()
         self.yolo.net.update(net.fuse().parameters())
@@ -360,8 +369,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             if key != "model" and run.get(key) != value:
                 raise MlxnetError(f"{out / 'state.safetensors'}: cannot resume: {key} was {value!r}, now {run.get(key)!r}")
         variant = saved["model"]
-        from ..models.yolo import YOLOv8
-        net = _for_training(YOLOv8(variant[-1], nc))
+        from ..models.yolo import build_variant
+        net = _for_training(build_variant(variant, nc))
         net.update(tree_unflatten(list(state[0].items())))
     else:
         net, variant = build_network(cfg, names, log)

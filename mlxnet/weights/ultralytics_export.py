@@ -33,7 +33,7 @@ def write_ultralytics_checkpoint(src: str | os.PathLike, dst: str | os.PathLike,
                           f"(pip install ultralytics): {e}") from None
     yolo = YOLO.from_pretrained(src, dtype="float32", fuse=False)
     net = yolo.net
-    model = DetectionModel(f"yolov8{net.scale}.yaml", nc=net.nc, verbose=False)
+    model = DetectionModel(f"{net.family}{net.scale}.yaml", nc=net.nc, verbose=False)
     state = {}
     for key, value in tree_flatten(net.parameters()):
         array = np.array(value, np.float32)
@@ -41,12 +41,12 @@ def write_ultralytics_checkpoint(src: str | os.PathLike, dst: str | os.PathLike,
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:
-        raise MlxnetError(f"{src}: does not fit ultralytics' yolov8{net.scale} (missing {missing[:3]}, "
+        raise MlxnetError(f"{src}: does not fit ultralytics' {net.family}{net.scale} (missing {missing[:3]}, "
                           f"unexpected {unexpected[:3]})")
     model.names = dict(enumerate(yolo.names))
     model.args = {"task": "detect", "imgsz": 640}
     checkpoint = {"date": datetime.now().isoformat(), "version": ultralytics.__version__, "epoch": -1,
                   "best_fitness": None, "model": model.half().eval(), "ema": None, "updates": None,
-                  "optimizer": None, "train_args": {"task": "detect", "model": f"yolov8{net.scale}.yaml"},
+                  "optimizer": None, "train_args": {"task": "detect", "model": f"{net.family}{net.scale}.yaml"},
                   "train_metrics": {}, "train_results": {}}
     return atomic_write(dst, lambda tmp: torch.save(checkpoint, tmp))
