@@ -65,7 +65,7 @@ def detect(
         help=grammar.SOURCES_HELP + " Video files (.mp4, .mov, .mkv, .avi...) too, alone or in folders and patterns: "
              "each written annotated, frame by frame; and live sources (see --source)."),
     output: str = grammar.output(grammar.OUTPUT_HELP + " With one video, a path with a video extension (.mp4)."),
-    model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x", "yolov8n"),
     weights: Optional[str] = detector_weights(),
     labels: Optional[Path] = labels_option(),
     conf: float = typer.Option(0.25, "--conf", min=0.0, max=1.0, help="Confidence threshold."),

@@ -21,7 +21,7 @@ def track(
              "('clips/*.mp4') or live sources (see --source)."),
     output: str = grammar.output("Folder for the annotated videos (inputs keep their relative paths below it); "
                                  "with one video, a path with a video extension (.mp4) is the file itself."),
-    model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x", "yolov8n"),
     weights: Optional[str] = detector_weights(),
     labels: Optional[Path] = labels_option(),
     # ultralytics' track lowers the detector's threshold to 0.1, so that ByteTrack's second

@@ -66,7 +66,7 @@ def detect(
                                      "holding one, as `val detect` reads it; or a COCO instances file (the val split: "
                                      "the file of the same name with 'val' for its last 'train')."),
     model: Optional[str] = typer.Option(None, "--model", "-m", metavar="ID",
-                                        help="yolov8n|s|m|l|x; default: the checkpoint's, else yolov8n."),
+                                        help="yolov8n|s|m|l|x, yolo11n-x; default: the checkpoint's, else yolov8n."),
     weights: Optional[str] = grammar.weights("the model's official weights; 'none': train from scratch"),
     output: Path = grammar.output("Run folder: the best and last weights (in weights/), results.csv and .png, "
                                   "and the state --resume reads.", Path("runs/detect")),

@@ -118,7 +118,7 @@ def detect(
                                           help="COCO format: the folder the JSON's file_names are relative to "
                                                "(default: ../images/<split>, ../<split>, <split>, images or the "
                                                "JSON's folder, the first holding the first image)."),
-    model: Optional[str] = grammar.model("yolov8n|s|m|l|x", "yolov8n"),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x", "yolov8n"),
     weights: Optional[str] = detector_weights(),
     conf: float = typer.Option(0.001, "--conf", min=0.0, max=1.0,
                                help="Confidence threshold (ultralytics' val: 0.001, every plausible box)."),
