@@ -4,7 +4,6 @@ its torch), which the default test environment does not install; .ci/run runs th
 second environment that has them."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,21 +12,16 @@ import pytest
 
 pytest.importorskip("ultralytics", reason="needs ultralytics (pip install ultralytics)")
 
+from testutil import golden_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "goldens" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_detection_loss_golden_is_ultralytics_today(tmp_path, monkeypatch):
     from safetensors.numpy import load_file
 
     monkeypatch.setenv("YOLO_OFFLINE", "1")
-    _script("golden_detection_loss").main(str(tmp_path))
+    golden_script("golden_detection_loss").main(str(tmp_path))
     fresh = load_file(str(tmp_path / "detection_loss_golden.safetensors"))
     kept = load_file(str(ROOT / "tests/fixtures/train/detection_loss_golden.safetensors"))
     assert fresh.keys() == kept.keys()
@@ -37,7 +31,7 @@ def test_detection_loss_golden_is_ultralytics_today(tmp_path, monkeypatch):
 
 def test_augmentation_statistics_are_ultralytics_today(tmp_path, monkeypatch):
     monkeypatch.setenv("YOLO_OFFLINE", "1")
-    _script("golden_augment_stats").main(tmp_path / "stats.json")
+    golden_script("golden_augment_stats").main(tmp_path / "stats.json")
     fresh = json.loads((tmp_path / "stats.json").read_text())
     kept = json.loads((ROOT / "tests/fixtures/train/augment_stats.json").read_text())
     assert fresh == kept

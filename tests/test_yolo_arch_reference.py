@@ -4,7 +4,6 @@ same boxes in mlxnet as in ultralytics' own predictor. Needs ultralytics (the re
 environment of .ci/run)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,22 +11,17 @@ import pytest
 
 pytest.importorskip("ultralytics", reason="needs ultralytics (pip install ultralytics)")
 
+from testutil import golden_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BUS = ROOT / "tests/fixtures/yolo/bus.jpg"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "goldens" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_architecture_goldens_are_ultralytics_today(tmp_path, monkeypatch):
     from safetensors.numpy import load_file
 
     monkeypatch.setenv("YOLO_OFFLINE", "1")
-    _script("golden_yolo_arch").main(tmp_path)
+    golden_script("golden_yolo_arch").main(tmp_path)
     fresh, kept = load_file(str(tmp_path / "golden.safetensors")), load_file(str(ROOT / "tests/fixtures/yolo_arch/golden.safetensors"))
     assert fresh.keys() == kept.keys()
     for key in kept:
@@ -48,7 +42,7 @@ def test_an_ultralytics_checkpoint_detects_as_ultralytics(name, tmp_path, monkey
     from mlxnet.models.yolo import YOLO
 
     monkeypatch.setenv("YOLO_OFFLINE", "1")
-    seeded = _script("reference").seeded
+    seeded = golden_script("reference").seeded
     model = DetectionModel(f"{name}.yaml", verbose=False)
     shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items() if v.dtype.is_floating_point]
     weights = seeded.seeded_yolo_state(shapes, 1234, 2.5, 5.0)

@@ -86,3 +86,13 @@ def save_ultralytics_pt(path: Path, state: dict[str, np.ndarray], *, yaml: dict 
         for name in fakes:
             del sys.modules[name]
     return path
+
+
+def golden_script(name: str):
+    """scripts/goldens/NAME.py as a module (the scripts are files, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / "goldens" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
