@@ -139,3 +139,41 @@ def test_a_segment_checkpoint_is_refused_by_the_detect_commands_in_one_line(tmp_
     with pytest.raises(MlxnetError) as err:
         YOLO.from_pretrained(str(path))
     assert "a YOLO11 segment checkpoint" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name, with_yaml", [("yolo11n", True), ("yolo26n", True), ("yolo26n", False)])
+def test_an_ultralytics_checkpoint_loads_as_its_family(name, with_yaml, tmp_path):
+    """A .pt laid out as ultralytics saves one: the family and scale from its yaml (or, without
+    one, from its tensors), its class names, and the network's outputs."""
+    from testutil import save_ultralytics_pt
+
+    from mlxnet.models.yolo import YOLO
+    from mlxnet.models.yolo_arch import layout_of
+    from mlxnet.weights.layout import to_torch_layout
+
+    net = seeded_net(name)
+    state = {k: np.array(to_torch_layout(v, layout_of(k, (0,) * v.ndim))) for k, v in tree_flatten(net.parameters())}
+    names = {i: f"thing{i}" for i in range(80)}
+    path = save_ultralytics_pt(tmp_path / f"{name}.pt", state, yaml=META[name]["yaml"] if with_yaml else None,
+                               names=names)
+    loaded = YOLO.from_pretrained(str(path), fuse=False)
+    assert (loaded.net.family, loaded.net.scale) == (name[:-1], name[-1])
+    assert list(loaded.names) == list(names.values())
+    # the file holds float16 weights, as ultralytics' do
+    net.update(tree_unflatten([(k, v.astype(mx.float16).astype(mx.float32)) for k, v in tree_flatten(net.parameters())]))
+    np.testing.assert_allclose(np.array(loaded.net(X)), np.array(net(X)), atol=1e-3, rtol=1e-5)
+
+
+def test_yolo11_m_and_l_share_a_width_and_are_told_apart_by_depth(tmp_path):
+    from testutil import save_ultralytics_pt
+
+    from mlxnet.models.yolo import YOLO
+    from mlxnet.models.yolo_arch import layout_of
+    from mlxnet.weights.layout import to_torch_layout
+
+    for scale in "ml":
+        net = build(ARCHITECTURES["yolo11"], scale)
+        state = {k: np.array(to_torch_layout(v, layout_of(k, (0,) * v.ndim)))
+                 for k, v in tree_flatten(net.parameters())}
+        path = save_ultralytics_pt(tmp_path / f"{scale}.pt", state)
+        assert YOLO.from_pretrained(str(path), fuse=False).net.scale == scale
