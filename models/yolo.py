@@ -30,7 +30,8 @@ from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec,
 from .yolo_arch import ARCHITECTURES, YOLONet
 from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
 from .yolo_val import detections as val_detections
-from .yolo_process import Detections, Letterboxed, coco80_names, letterbox, letterbox_to, postprocess_batch
+from .yolo_process import (Detections, Letterboxed, coco80_names, end2end_detections, letterbox, letterbox_to,
+                           postprocess_batch)
 
 if TYPE_CHECKING:
     from mlxnet.tracking import TrackerSettings
@@ -245,13 +246,16 @@ class YOLO:
 
     def predict(self, images: ImageLike | Sequence[ImageLike] | VideoSource, *, conf: float = 0.25,
                 iou: float = 0.7, imgsz: int = 640, max_det: int = 300, agnostic: bool = False,
-                classes: Sequence[int] | None = None, batch: int = 1
+                classes: Sequence[int] | None = None, batch: int = 1, nms: bool = True
                 ) -> Detections | list[Detections] | Iterator[FrameResult]:
         """Detections for one image (a path, a PIL image, or an (H, W, 3) NumPy / MLX array: see
         :func:`mlxnet.image.as_rgb`), or a list for a list. A list runs as batches of the images
         whose letterboxed shapes agree; each image's boxes are those it gets alone, up to
         floating-point rounding (a batch's convolutions may sum in another order). ``classes``:
         class ids to keep (the others are dropped before NMS, as ultralytics' ``classes=`` does).
+        ``nms=False``: an end-to-end model's (YOLO26's) one-to-one head, whose best ``max_det``
+        (anchor, class) pairs need no NMS, as ultralytics' ``nms=False`` (``iou`` and
+        ``agnostic`` then play no part).
 
         A video (a file path with a video extension; a live source: ``camera:N``, a stream URL,
         ``lavfi:GRAPH``) or an iterator of frames (a generator of images) gives a generator of
@@ -265,7 +269,7 @@ class YOLO:
                                 max_det=max_det, agnostic=agnostic, classes=classes, batch=batch)
         pixels, single = as_rgb_images(images, "YOLO.predict")
         results = self.predict_prepared([_letterboxed(p, imgsz) for p in pixels], conf=conf, iou=iou,
-                                        max_det=max_det, agnostic=agnostic, classes=classes)
+                                        max_det=max_det, agnostic=agnostic, classes=classes, nms=nms)
         return results[0] if single else results
 
     def track(self, source: VideoSource | Sequence[ImageLike], *, conf: float = 0.1, iou: float = 0.7,
@@ -314,12 +318,14 @@ class YOLO:
 
     def predict_prepared(self, items: Sequence[Letterboxed], *, conf: float = 0.25, iou: float = 0.7,
                          max_det: int = 300, agnostic: bool = False, classes: Sequence[int] | None = None,
-                         batch_size: int | None = None) -> list[Detections]:
+                         batch_size: int | None = None, nms: bool = True) -> list[Detections]:
         """:meth:`predict` for images already through :meth:`prepare`: one forward per letterbox
         shape, one transfer back to the host per forward. ``batch_size``: run every forward at
         this batch size, a short batch filled up with copies of its last image (their results
         dropped). On a GPU each new input shape costs a trace and convolution plans, many times
         a forward, so a folder then costs one per letterbox shape, not one per shape and count."""
+        if not nms and not hasattr(self.net.head, "one2one_cv2"):
+            raise MlxnetError("nms=False needs an end-to-end model's one-to-one head (YOLO26); this model has none")
         same_shape: dict[tuple[int, ...], list[int]] = {}
         for i, item in enumerate(items):
             same_shape.setdefault(item.pixels.shape, []).append(i)
@@ -327,8 +333,11 @@ class YOLO:
         for members in same_shape.values():
             rows = [items[i].pixels for i in members]
             rows += rows[-1:] * max(0, (batch_size or 0) - len(rows))
-            found = postprocess_batch(self._forward(rows), conf=conf, iou=iou, max_det=max_det, agnostic=agnostic,
-                                      classes=classes, images=len(members))
+            if nms:
+                found = postprocess_batch(self._forward(rows), conf=conf, iou=iou, max_det=max_det,
+                                          agnostic=agnostic, classes=classes, images=len(members))
+            else:
+                found = end2end_detections(self._end2end(rows, max_det), conf=conf, classes=classes)[:len(members)]
             for i, det in zip(members, found):
                 results[i] = Detections(items[i].to_image(det[:, :4]), det[:, 4], det[:, 5].astype(np.int32),
                                         self.names)
@@ -339,6 +348,10 @@ class YOLO:
         batch = np.stack(pixels) if len(pixels) > 1 else pixels[0][None]
         # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
         return self.net(mx.array(batch).astype(self.net.model[0].conv.weight.dtype) / 255)
+
+    def _end2end(self, pixels: Sequence[np.ndarray], max_det: int) -> mx.array:
+        batch = np.stack(pixels) if len(pixels) > 1 else pixels[0][None]
+        return self.net.end2end(mx.array(batch).astype(self.net.model[0].conv.weight.dtype) / 255, max_det)
 
     def head_outputs(self, items: Sequence[Letterboxed]) -> np.ndarray:
         """The raw head output (B, A, 4 + nc) float32 for letterboxed images of one shape, on the

@@ -116,6 +116,21 @@ def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, m
                               wanted_classes) for i in range(pred.shape[0] if images is None else images)]
 
 
+def end2end_detections(rows: mx.array, *, conf: float = 0.25, classes: Sequence[int] | None = None) -> list[np.ndarray]:
+    """An end-to-end head's (B, K, 6) best rows [x1, y1, x2, y2, score, class] -> per image those
+    above ``conf`` (and of ``classes``), best first, as ultralytics' predictor keeps them with
+    ``nms=False``: no suppression."""
+    _check_thresholds(conf, 0.5)
+    rows = np.array(rows.astype(mx.float32))
+    out = []
+    for r in rows:
+        keep = r[:, 4] > conf
+        if classes is not None:
+            keep &= np.isin(r[:, 5].astype(np.int64), np.asarray(classes, dtype=np.int64))
+        out.append(r[keep])
+    return out
+
+
 def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, iou: float,
                       max_det: int, agnostic: bool, max_nms: int, classes: np.ndarray | None) -> np.ndarray:
     """One image's anchors (boxes, best score, best class) -> its detections."""

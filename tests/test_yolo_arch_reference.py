@@ -4,6 +4,7 @@ same boxes in mlxnet as in ultralytics' own predictor. Needs ultralytics (the re
 environment of .ci/run)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -49,16 +50,22 @@ def test_an_ultralytics_checkpoint_detects_as_ultralytics(name, tmp_path, monkey
     if name == "yolo26n":
         # Its head predicts distances directly: positive ones, as trained (bias 2, small weights);
         # and class scores short of 1.0, so that NMS meets no ties.
-        for key in [k for k in weights if k.startswith("model.23.") and ".2." in k]:
-            if ".cv2." in key:
+        for key in weights:  # both heads' last convs
+            if re.fullmatch(r"model\.23\.(one2one_)?cv2\.\d\.2\.(weight|bias)", key):
                 weights[key] = weights[key] * 0.05 + (2.0 if key.endswith("bias") else 0.0)
-            elif ".cv3." in key:
-                weights[key] = weights[key] * 0.2
+            elif re.fullmatch(r"model\.23\.(one2one_)?cv3\.\d\.2\.(weight|bias)", key):
+                weights[key] = weights[key] * 0.02
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
     path = tmp_path / f"{name}.pt"
     torch.save({"model": model.half(), "ema": None, "epoch": -1, "optimizer": None, "train_args": {}}, path)
-    theirs = UltralyticsYOLO(str(path)).predict(str(BUS), imgsz=320, conf=0.25, verbose=False)[0].boxes
-    ours = YOLO.from_pretrained(str(path)).predict(str(BUS), imgsz=320, conf=0.25)
+    for nms in (True, False) if name == "yolo26n" else (True,):  # nms=False: the one-to-one head, no NMS
+        theirs = UltralyticsYOLO(str(path)).predict(str(BUS), imgsz=320, conf=0.25, nms=None if nms else False,
+                                                    verbose=False)[0].boxes
+        ours = YOLO.from_pretrained(str(path)).predict(str(BUS), imgsz=320, conf=0.25, nms=nms)
+        _same_detections(ours, theirs)
+
+
+def _same_detections(ours, theirs) -> None:
     assert len(theirs) > 0
     assert len(ours.boxes) == len(theirs)
     ref = np.concatenate([theirs.xyxy.numpy(), theirs.conf.numpy()[:, None], theirs.cls.numpy()[:, None]], axis=1)
