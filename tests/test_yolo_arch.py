@@ -184,15 +184,15 @@ def test_predict_without_nms_reads_the_one_to_one_head(tmp_path):
     without a one-to-one head says so in one line."""
     from mlxnet.models.yolo import YOLO
 
-    image = (np.array(GOLD["input"])[0].transpose(1, 2, 0) * 255).astype(np.uint8)  # 128 x 160: no letterbox padding
+    image = (np.array(GOLD["input"])[0].transpose(1, 2, 0) * 255).astype(np.uint8)  # 64 x 96: no letterbox padding
     det = YOLO(seeded_net("yolo26n"), [f"c{i}" for i in range(80)])
-    found = det.predict(image, imgsz=160, conf=0.5, nms=False, max_det=300)
+    found = det.predict(image, imgsz=96, conf=0.5, nms=False, max_det=300)
     rows = np.array(det.net.end2end(mx.array(image[None]).astype(mx.float32) / 255))[0]
     kept = rows[rows[:, 4] > 0.5]
     assert 0 < len(found.boxes) == len(kept)
     np.testing.assert_allclose(np.array(found.scores), kept[:, 4], atol=1e-6)
     np.testing.assert_array_equal(np.array(found.classes), kept[:, 5].astype(np.int32))
-    only = det.predict(image, imgsz=160, conf=0.5, nms=False, classes=[int(kept[0, 5])])
+    only = det.predict(image, imgsz=96, conf=0.5, nms=False, classes=[int(kept[0, 5])])
     assert len(only.boxes) == int((kept[:, 5] == kept[0, 5]).sum())
     with pytest.raises(MlxnetError, match="nms=False needs an end-to-end model's one-to-one head"):
-        YOLO(seeded_net("yolo11n"), [f"c{i}" for i in range(80)]).predict(image, imgsz=160, nms=False)
+        YOLO(seeded_net("yolo11n"), [f"c{i}" for i in range(80)]).predict(image, imgsz=96, nms=False)

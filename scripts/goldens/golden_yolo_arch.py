@@ -7,7 +7,7 @@ ultralytics 8.4 itself: each model built by ultralytics from its own yaml, given
 Writes OUTDIR/golden.safetensors and OUTDIR/golden.json (per model: the yaml dict ultralytics
 built from, which mlxnet builds from too, and the gains):
 
-  input                       (1, 3, 128, 160) float32 in [0, 1]
+  input                       (1, 3, 64, 96) float32 in [0, 1] (small: the fixture stays about 2 MB)
   <model>.boxes / .scores     the one-to-many head's raw outputs (1, 4·reg_max, A), (1, nc, A)
   <model>.o2o.boxes / .scores the one-to-one head's, for end-to-end models (YOLO26)
   <model>.out                 the eval forward's output as ultralytics' predictor runs it by default
@@ -41,7 +41,7 @@ def main(out: Path) -> None:
     from safetensors.numpy import save_file
 
     # numpy's generator: what torch's would draw depends on its default dtype, which a caller may have changed
-    x = torch.from_numpy(np.random.default_rng(0).random((1, 3, 128, 160), dtype=np.float32))
+    x = torch.from_numpy(np.random.default_rng(0).random((1, 3, 64, 96), dtype=np.float32))
     arrays, meta = {"input": x.numpy()}, {}
     for name, (bn_gain, head_gain) in MODELS.items():
         model = seeded_task_model(f"{name}.yaml", SEED, bn_gain, head_gain)
