@@ -345,13 +345,15 @@ class YOLO:
 
     def _forward(self, pixels: Sequence[np.ndarray]) -> mx.array:
         """The network on letterboxed uint8 images of one shape (lazy: evaluated by the caller)."""
-        batch = np.stack(pixels) if len(pixels) > 1 else pixels[0][None]
-        # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
-        return self.net(mx.array(batch).astype(self.net.model[0].conv.weight.dtype) / 255)
+        return self.net(self._input(pixels))
 
     def _end2end(self, pixels: Sequence[np.ndarray], max_det: int) -> mx.array:
+        return self.net.end2end(self._input(pixels), max_det)
+
+    def _input(self, pixels: Sequence[np.ndarray]) -> mx.array:
         batch = np.stack(pixels) if len(pixels) > 1 else pixels[0][None]
-        return self.net.end2end(mx.array(batch).astype(self.net.model[0].conv.weight.dtype) / 255, max_det)
+        # uint8 crosses to the device (a quarter of float32's bytes) and is scaled there.
+        return mx.array(batch).astype(self.net.model[0].conv.weight.dtype) / 255
 
     def head_outputs(self, items: Sequence[Letterboxed]) -> np.ndarray:
         """The raw head output (B, A, 4 + nc) float32 for letterboxed images of one shape, on the

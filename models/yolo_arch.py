@@ -173,14 +173,7 @@ class YOLONet(nn.Module):
         segment model ``mask_coefficients`` (N, A, nm) and ``protos`` (N, H/4, W/4, nm), for a
         pose model ``keypoints`` (N, A, K·dims) in input pixels (visibility as a probability)."""
         feats = self.features(x)
-        maps = [m for level in self.head.branches(feats, one2one=one2one) for m in level]
-        if self.head.reg_max > 1:
-            from mlxnet import ops
-
-            detections = ops.dfl_decode(self.head.dfl.bin_values(), *maps, strides=STRIDES)
-        else:
-            detections = direct_decode(maps, STRIDES)
-        out = {"detections": detections}
+        out = {"detections": self.head(feats, one2one=one2one)}
         if self.task != "detect":
             out.update(self.head.extras(feats, one2one=one2one))
         if self.task == "pose":

@@ -178,8 +178,9 @@ class Detect(nn.Module):
         if reg_max > 1:
             self.dfl = DFL(reg_max)
 
-    def __call__(self, feats: Sequence[mx.array]) -> mx.array:
-        maps = [m for level in self.branches(feats) for m in level]
+    def __call__(self, feats: Sequence[mx.array], one2one: bool = False) -> mx.array:
+        """The decoded (N, A, 4 + nc) of the one-to-many head, or of the one-to-one head."""
+        maps = [m for level in self.branches(feats, one2one=one2one) for m in level]
         if self.reg_max > 1:
             return ops.dfl_decode(self.dfl.bin_values(), *maps, strides=STRIDES)
         return direct_decode(maps, STRIDES)
