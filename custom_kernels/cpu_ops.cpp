@@ -202,31 +202,10 @@ class Im2Col : public CpuPrimitive {
     });
   }
 
-  // col2im with MLX ops: each tap's cotangent is added into its strided window of the padded
-  // input, and the padding cropped.
+  // col2im: mlxnet's primitive in float32 (defined below); otherwise with MLX ops, each tap's
+  // cotangent added into its strided window of the padded input, and the padding cropped.
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
-                             const std::vector<int>&, const std::vector<mx::array>&) override {
-    auto& x = primals[0];
-    auto& cot = cotangents[0];
-    int batch = x.shape(0), h = x.shape(1), w = x.shape(2), c = x.shape(3);
-    int oh = cot.shape(1), ow = cot.shape(2);
-    auto s = stream();
-    auto grad = mx::zeros({batch, h + 2 * g_.ph, w + 2 * g_.pw, c}, cot.dtype(), s);
-    auto taps = mx::reshape(cot, {batch, oh, ow, g_.kh * g_.kw, c}, s);
-    for (int i = 0; i < g_.kh; ++i) {
-      for (int j = 0; j < g_.kw; ++j) {
-        int t = i * g_.kw + j;
-        auto tap = mx::reshape(mx::slice(taps, {0, 0, 0, t, 0}, {batch, oh, ow, t + 1, c}, s),
-                               {batch, oh, ow, c}, s);
-        mx::Shape start{0, i * g_.dh, j * g_.dw, 0};
-        mx::Shape stop{batch, i * g_.dh + g_.sh * (oh - 1) + 1, j * g_.dw + g_.sw * (ow - 1) + 1, c};
-        mx::Shape strides{1, g_.sh, g_.sw, 1};
-        auto window = mx::slice(grad, start, stop, strides, s);
-        grad = mx::slice_update(grad, mx::add(window, tap, s), start, stop, strides, s);
-      }
-    }
-    return {mx::slice(grad, {0, g_.ph, g_.pw, 0}, {batch, g_.ph + h, g_.pw + w, c}, s)};
-  }
+                             const std::vector<int>&, const std::vector<mx::array>&) override;
 
   const char* name() const override {
     return "MlxnetIm2Col";
@@ -238,6 +217,109 @@ class Im2Col : public CpuPrimitive {
  private:
   Geometry g_;
 };
+
+mx::array col2im_of(const mx::array& cols, const mx::Shape& image, Geometry g, mx::Stream s);
+
+std::vector<mx::array> Im2Col::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                   const std::vector<int>&, const std::vector<mx::array>&) {
+  auto& x = primals[0];
+  auto& cot = cotangents[0];
+  int batch = x.shape(0), h = x.shape(1), w = x.shape(2), c = x.shape(3);
+  int oh = cot.shape(1), ow = cot.shape(2);
+  auto s = stream();
+  if (cot.dtype() == mx::float32) {
+    return {col2im_of(cot, x.shape(), g_, s)};
+  }
+  auto grad = mx::zeros({batch, h + 2 * g_.ph, w + 2 * g_.pw, c}, cot.dtype(), s);
+  auto taps = mx::reshape(cot, {batch, oh, ow, g_.kh * g_.kw, c}, s);
+  for (int i = 0; i < g_.kh; ++i) {
+    for (int j = 0; j < g_.kw; ++j) {
+      int t = i * g_.kw + j;
+      auto tap = mx::reshape(mx::slice(taps, {0, 0, 0, t, 0}, {batch, oh, ow, t + 1, c}, s),
+                             {batch, oh, ow, c}, s);
+      mx::Shape start{0, i * g_.dh, j * g_.dw, 0};
+      mx::Shape stop{batch, i * g_.dh + g_.sh * (oh - 1) + 1, j * g_.dw + g_.sw * (ow - 1) + 1, c};
+      mx::Shape strides{1, g_.sh, g_.sw, 1};
+      auto window = mx::slice(grad, start, stop, strides, s);
+      grad = mx::slice_update(grad, mx::add(window, tap, s), start, stop, strides, s);
+    }
+  }
+  return {mx::slice(grad, {0, g_.ph, g_.pw, 0}, {batch, g_.ph + h, g_.pw + w, c}, s)};
+}
+
+// The adjoint of Im2Col: each input pixel gathers the patch entries that copied it (no scatter,
+// so rows of the image are independent and run on every core). float32.
+class Col2Im : public CpuPrimitive {
+ public:
+  Col2Im(mx::Stream s, Geometry g) : CpuPrimitive(s), g_(g) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& cols = inputs[0];
+    auto& out = outputs[0];
+    auto& encoder = encoder_for(inputs, out);
+    int batch = out.shape(0), h = out.shape(1), w = out.shape(2), c = out.shape(3);
+    int oh = cols.shape(1), ow = cols.shape(2);
+    encoder.dispatch([src = cols.data<float>(), dst = out.data<float>(), g = g_, batch, h, w, c, oh, ow] {
+      size_t patch = size_t(g.kh) * g.kw * c;
+      parallel_for(size_t(batch) * h, 1, [&](size_t lo, size_t hi) {
+        for (size_t row = lo; row < hi; ++row) {
+          int b = row / h, iy = row % h;
+          float* d = dst + row * w * c;
+          std::fill(d, d + size_t(w) * c, 0.0f);
+          for (int i = 0; i < g.kh; ++i) {
+            int ty = iy + g.ph - i * g.dh;
+            if (ty < 0 || ty % g.sh) continue;
+            int oy = ty / g.sh;
+            if (oy >= oh) continue;
+            const float* srow = src + (size_t(b) * oh + oy) * ow * patch;
+            for (int j = 0; j < g.kw; ++j) {
+              // Input column ix reads output column (ix + off) / sw where that divides evenly.
+              int off = g.pw - j * g.dw, ix = std::max(0, -off);
+              while (ix < w && (ix + off) % g.sw) ++ix;
+              const float* tap = srow + (size_t(i) * g.kw + j) * c;
+              for (; ix < w; ix += g.sw) {
+                int ox = (ix + off) / g.sw;
+                if (ox >= ow) break;
+                float* __restrict dp = d + size_t(ix) * c;
+                const float* __restrict sp = tap + ox * patch;
+                for (int k = 0; k < c; ++k) dp[k] += sp[k];
+              }
+            }
+          }
+        }
+      });
+    });
+  }
+
+  // Its adjoint is the patch matrix again.
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>&) override;
+
+  const char* name() const override {
+    return "MlxnetCol2Im";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return g_ == static_cast<const Col2Im&>(other).g_;
+  }
+
+ private:
+  Geometry g_;
+};
+
+mx::array col2im_of(const mx::array& cols, const mx::Shape& image, Geometry g, mx::Stream s) {
+  return mx::array(image, mx::float32, std::make_shared<Col2Im>(s, g), {mx::contiguous(cols, false, s)});
+}
+
+mx::array im2col_of(const mx::array& x, Geometry g, mx::Stream s) {
+  int oh = out_size(x.shape(1), g.kh, g.sh, g.ph, g.dh), ow = out_size(x.shape(2), g.kw, g.sw, g.pw, g.dw);
+  return mx::array({x.shape(0), oh, ow, g.kh * g.kw * x.shape(3)}, x.dtype(), std::make_shared<Im2Col>(s, g),
+                   {mx::contiguous(x, false, s)});
+}
+
+std::vector<mx::array> Col2Im::vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                                   const std::vector<int>&, const std::vector<mx::array>&) {
+  return {im2col_of(cotangents[0], g_, stream())};
+}
 
 // exp(z) = p(r)·2^n, the constants and order of operations of mlxnet/ops/activations/cpu.py.
 constexpr float kLog2e = 1.4426950408889634f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
@@ -951,6 +1033,190 @@ class DirectConv : public CpuPrimitive {
   bool has_bias_, act_;
 };
 
+// Per-channel sums over the rows of an (rows, C) map, in fixed blocks of rows summed in block
+// order: the result does not depend on the number of cores. add(row, acc) adds one row.
+constexpr size_t kStatRows = 64;
+
+template <typename AddRow>
+void channel_sums(size_t rows, size_t c, size_t sums, float* out, AddRow&& add) {
+  size_t blocks = (rows + kStatRows - 1) / kStatRows;
+  std::vector<float> part(blocks * sums * c, 0.0f);
+  parallel_for(blocks, std::max<size_t>(1, kGrain / std::max<size_t>(kStatRows * c, 1)), [&](size_t lo, size_t hi) {
+    for (size_t blk = lo; blk < hi; ++blk) {
+      float* acc = part.data() + blk * sums * c;
+      for (size_t row = blk * kStatRows; row < std::min(rows, (blk + 1) * kStatRows); ++row) add(row, acc);
+    }
+  });
+  std::fill(out, out + sums * c, 0.0f);
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    for (size_t k = 0; k < sums * c; ++k) out[k] += part[blk * sums * c + k];
+  }
+}
+
+// The derivative of SiLU at z, applied to g: g·s·(1 + z·(1 − s)), s = sigmoid(z).
+inline float silu_grad(float z, float g) {
+  float s = sigmoid(z);
+  return g * s * (1.0f + z * (1.0f - s));
+}
+
+// Training-mode BatchNorm over the rows of (..., C), float32, as the definition
+// (mlxnet/ops/norm/definition.py): the mean, the biased variance from a second pass over the
+// deviations, y = (x − mean)·(1/√(var + eps))·w + b, then SiLU if asked. Outputs y, mean, var.
+// MLX runs the definition as a dozen passes, its exp one scalar at a time; this is three
+// passes on every core, and its gradient (BatchNormTrainGrad) two more.
+class BatchNormTrain : public CpuPrimitive {
+ public:
+  BatchNormTrain(mx::Stream s, float eps, bool silu) : CpuPrimitive(s), eps_(eps), silu_(silu) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (auto& a : inputs) encoder.set_input_array(a);
+    for (auto& o : outputs) {
+      o.set_data(mx::allocator::malloc(o.nbytes()));
+      encoder.set_output_array(o);
+    }
+    auto& x = inputs[0];
+    size_t c = x.shape(-1), rows = c ? x.size() / c : 0;
+    encoder.dispatch([src = x.data<float>(), w = inputs[1].data<float>(), b = inputs[2].data<float>(),
+                      y = outputs[0].data<float>(), mean = outputs[1].data<float>(),
+                      var = outputs[2].data<float>(), c, rows, eps = eps_, act = silu_] {
+      float n = float(rows);
+      channel_sums(rows, c, 1, mean, [&](size_t row, float* acc) {
+        const float* s = src + row * c;
+        for (size_t k = 0; k < c; ++k) acc[k] += s[k];
+      });
+      for (size_t k = 0; k < c; ++k) mean[k] /= n;
+      channel_sums(rows, c, 1, var, [&](size_t row, float* acc) {
+        const float* s = src + row * c;
+        for (size_t k = 0; k < c; ++k) acc[k] += (s[k] - mean[k]) * (s[k] - mean[k]);
+      });
+      std::vector<float> inv(c);
+      for (size_t k = 0; k < c; ++k) {
+        var[k] /= n;
+        inv[k] = 1.0f / std::sqrt(var[k] + eps);
+      }
+      parallel_for(rows, std::max<size_t>(1, kGrain / std::max<size_t>(c, 1)), [&](size_t lo, size_t hi) {
+        for (size_t row = lo; row < hi; ++row) {
+          const float* s = src + row * c;
+          float* d = y + row * c;
+          for (size_t k = 0; k < c; ++k) d[k] = (s[k] - mean[k]) * inv[k] * w[k] + b[k];
+          if (act) {
+            for (size_t k = 0; k < c; ++k) d[k] = silu(d[k]);
+          }
+        }
+      });
+    });
+  }
+
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
+
+  const char* name() const override {
+    return "MlxnetBatchNormTrain";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const BatchNormTrain&>(other);
+    return eps_ == o.eps_ && silu_ == o.silu_;
+  }
+
+ private:
+  float eps_;
+  bool silu_;
+};
+
+// BatchNormTrain's gradient from (x, w, b, mean, var, dy, d_mean, d_var): with dz the
+// cotangent through the SiLU (recomputed from x, not kept) and x̂ = (x − mean)/√(var + eps),
+// db = Σdz, dw = Σdz·x̂ over the rows, and dx = (w/√(var + eps))·(dz − db/n − x̂·dw/n) plus
+// the statistics' own cotangents (d_mean/n + (x − mean)·2·d_var/n). Outputs dx, dw, db.
+class BatchNormTrainGrad : public CpuPrimitive {
+ public:
+  BatchNormTrainGrad(mx::Stream s, float eps, bool silu) : CpuPrimitive(s), eps_(eps), silu_(silu) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (auto& a : inputs) encoder.set_input_array(a);
+    for (auto& o : outputs) {
+      o.set_data(mx::allocator::malloc(o.nbytes()));
+      encoder.set_output_array(o);
+    }
+    auto& x = inputs[0];
+    size_t c = x.shape(-1), rows = c ? x.size() / c : 0;
+    encoder.dispatch([src = x.data<float>(), w = inputs[1].data<float>(), b = inputs[2].data<float>(),
+                      mean = inputs[3].data<float>(), var = inputs[4].data<float>(), dy = inputs[5].data<float>(),
+                      d_mean = inputs[6].data<float>(), d_var = inputs[7].data<float>(),
+                      dx = outputs[0].data<float>(), dw = outputs[1].data<float>(), db = outputs[2].data<float>(),
+                      c, rows, eps = eps_, act = silu_] {
+      float n = float(rows);
+      std::vector<float> inv(c), scale(c), shift(c), extra(c);
+      for (size_t k = 0; k < c; ++k) inv[k] = 1.0f / std::sqrt(var[k] + eps);
+      // One row's x̂ and dz into the caller's buffers (plain loops, so that they vectorise).
+      auto row_terms = [&](size_t row, float* __restrict xhat, float* __restrict dz) {
+        const float* __restrict s = src + row * c;
+        const float* __restrict g = dy + row * c;
+        for (size_t k = 0; k < c; ++k) xhat[k] = (s[k] - mean[k]) * inv[k];
+        if (act) {
+          for (size_t k = 0; k < c; ++k) dz[k] = silu_grad(xhat[k] * w[k] + b[k], g[k]);
+        } else {
+          for (size_t k = 0; k < c; ++k) dz[k] = g[k];
+        }
+      };
+      std::vector<float> sums(2 * c);
+      channel_sums(rows, c, 2, sums.data(), [&](size_t row, float* acc) {
+        thread_local std::vector<float> xhat, dz;
+        xhat.resize(c), dz.resize(c);
+        row_terms(row, xhat.data(), dz.data());
+        float* __restrict a = acc;
+        for (size_t k = 0; k < c; ++k) a[k] += dz[k];
+        for (size_t k = 0; k < c; ++k) a[c + k] += dz[k] * xhat[k];
+      });
+      for (size_t k = 0; k < c; ++k) {
+        db[k] = sums[k];
+        dw[k] = sums[c + k];
+        scale[k] = w[k] * inv[k];
+        shift[k] = d_mean[k] / n;
+        extra[k] = 2.0f * d_var[k] / n;
+      }
+      parallel_for(rows, std::max<size_t>(1, kGrain / std::max<size_t>(c, 1)), [&](size_t lo, size_t hi) {
+        std::vector<float> xhat(c), dz(c);
+        for (size_t row = lo; row < hi; ++row) {
+          row_terms(row, xhat.data(), dz.data());
+          const float* __restrict s = src + row * c;
+          float* __restrict d = dx + row * c;
+          for (size_t k = 0; k < c; ++k) {
+            d[k] = scale[k] * (dz[k] - db[k] / n - xhat[k] * (dw[k] / n)) + shift[k] + (s[k] - mean[k]) * extra[k];
+          }
+        }
+      });
+    });
+  }
+
+  const char* name() const override {
+    return "MlxnetBatchNormTrainGrad";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const BatchNormTrainGrad&>(other);
+    return eps_ == o.eps_ && silu_ == o.silu_;
+  }
+
+ private:
+  float eps_;
+  bool silu_;
+};
+
+std::vector<mx::array> BatchNormTrain::vjp(const std::vector<mx::array>& primals,
+                                           const std::vector<mx::array>& cotangents, const std::vector<int>& argnums,
+                                           const std::vector<mx::array>& outputs) {
+  auto s = stream();
+  auto c = primals[0].shape(-1);
+  std::vector<mx::array> inputs{primals[0], primals[1], primals[2], outputs[1], outputs[2]};
+  for (auto& g : cotangents) inputs.push_back(mx::contiguous(mx::astype(g, mx::float32, s), false, s));
+  auto grads = mx::array::make_arrays({primals[0].shape(), {c}, {c}}, {mx::float32, mx::float32, mx::float32},
+                                      std::make_shared<BatchNormTrainGrad>(s, eps_, silu_), inputs);
+  std::vector<mx::array> picked;
+  for (int i : argnums) picked.push_back(grads[i]);
+  return picked;
+}
+
 mx::Stream cpu_stream() {
   return mx::default_stream(mx::Device::cpu);
 }
@@ -1082,10 +1348,45 @@ mx::array direct_conv2d(std::variant<mx::array, std::vector<mx::array>> input, c
                    std::make_shared<DirectConv>(s, g, int(parts.size()), bias.has_value(), silu), inputs);
 }
 
+mx::array col2im(const mx::array& cols, Pair image, Pair kernel, Pair stride, Pair padding, Pair dilation) {
+  auto g = geometry(std::get<0>(kernel), std::get<1>(kernel), stride, padding, dilation);
+  if (cols.ndim() != 4 || cols.dtype() != mx::float32 || g.kh < 1 || g.kw < 1 || cols.shape(3) % (g.kh * g.kw)) {
+    throw std::invalid_argument("col2im expects float32 (N, OH, OW, KH*KW*C) patches");
+  }
+  mx::Shape shape{cols.shape(0), std::get<0>(image), std::get<1>(image), cols.shape(3) / (g.kh * g.kw)};
+  int oh = out_size(shape[1], g.kh, g.sh, g.ph, g.dh), ow = out_size(shape[2], g.kw, g.sw, g.pw, g.dw);
+  if (g.sh < 1 || g.sw < 1 || g.ph < 0 || g.pw < 0 || g.dh < 1 || g.dw < 1 || oh != cols.shape(1) ||
+      ow != cols.shape(2)) {
+    throw std::invalid_argument("col2im: the patches' (OH, OW) do not match the image and the geometry");
+  }
+  return col2im_of(cols, shape, g, cpu_stream());
+}
+
+std::vector<mx::array> batch_norm_train(const mx::array& x, const mx::array& weight, const mx::array& bias, float eps,
+                                        bool silu) {
+  auto fits = [&](const mx::array& a) { return a.dtype() == mx::float32 && a.ndim() == 1 && a.shape(0) == x.shape(-1); };
+  if (x.dtype() != mx::float32 || x.ndim() < 1 || !fits(weight) || !fits(bias)) {
+    throw std::invalid_argument("batch_norm_train expects float32 (..., C) and float32 (C,) weight and bias");
+  }
+  auto s = cpu_stream();
+  int c = x.shape(-1);
+  return mx::array::make_arrays({x.shape(), {c}, {c}}, {mx::float32, mx::float32, mx::float32},
+                                std::make_shared<BatchNormTrain>(s, eps, silu),
+                                {mx::contiguous(x, false, s), mx::contiguous(weight, false, s),
+                                 mx::contiguous(bias, false, s)});
+}
+
 NB_MODULE(mlxnet_cpu_ops, m) {
   m.doc() = "mlxnet's CPU primitives (custom_kernels/cpu_ops.cpp)";
   m.def("im2col", &im2col, nb::arg("x"), nb::arg("kernel"), nb::arg("stride"), nb::arg("padding"),
         nb::arg("dilation"), "(N, H, W, C) -> (N, OH, OW, KH*KW*C) patches, zero padding implicit");
+  m.def("col2im", &col2im, nb::arg("cols"), nb::arg("image"), nb::arg("kernel"), nb::arg("stride"),
+        nb::arg("padding"), nb::arg("dilation"),
+        "(N, OH, OW, KH*KW*C) patches -> the (N, H, W, C) image summing them (im2col's adjoint), float32");
+  m.def("batch_norm_train", &batch_norm_train, nb::arg("x"), nb::arg("weight"), nb::arg("bias"), nb::arg("eps"),
+        nb::arg("silu") = false,
+        "training-mode batch norm over the rows of (..., C) (+ SiLU): [y, mean, biased var], float32, with its "
+        "gradient");
   m.def("bias_silu", &bias_silu, nb::arg("y"), nb::arg("bias") = nb::none(), "silu(y + bias), float32");
   m.def("sigmoid", &sigmoid_f32, nb::arg("x"), "1 / (1 + exp(-x)), float32");
   m.def("gelu", &gelu_f32, nb::arg("x"), nb::arg("tanh") = false,

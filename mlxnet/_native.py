@@ -104,16 +104,23 @@ def _toolchain() -> dict:
             "suffix": sysconfig.get_config_var("EXT_SUFFIX") or ".so"}
 
 
+# How the primitives are compiled (part of the cache key). No FMA contraction: bias_silu rounds
+# exactly as the MLX-composed reference does. No trapping math: the exp polynomial's clamps and
+# float-to-int rounding vectorise only when GCC may assume that floating-point operations do not
+# trap (mlxnet never enables FP traps; the values computed are the same, one vector at a time
+# instead of one scalar: SiLU over 1.2 M floats 4.4 ms → about 0.5 ms on two cores).
+CODEGEN = ("-ffp-contract=off", "-fno-trapping-math")
+
+
 def _commands(tc: dict, source: Path, work: Path, target: Path) -> list[list[str]]:
     common = ["-O3", "-std=gnu++20", "-fPIC", "-fvisibility=hidden", "-I", tc["python_include"],
               "-I", str(tc["nb_include"])]
     nanobind = [*tc["cxx"], *common, "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", "-fno-strict-aliasing",
                 "-isystem", str(tc["nb_source"].parent / "ext" / "robin_map" / "include"),
                 "-c", str(tc["nb_source"] / "nb_combined.cpp"), "-o", str(work / "nanobind.o")]
-    # No FMA contraction: bias_silu rounds exactly as the MLX-composed reference does.
     level = instruction_set()
     arch = [f"-march={level}", "-mtune=generic"] if level.startswith("x86-64") else []
-    ops = [*tc["cxx"], *common, *arch, "-ffp-contract=off", "-DNB_DOMAIN=mlx",
+    ops = [*tc["cxx"], *common, *arch, *CODEGEN, "-DNB_DOMAIN=mlx",
            "-isystem", str(tc["mlx_include"]), "-c", str(source), "-o", str(work / "cpu_ops.o")]
     link = [*tc["cxx"], "-shared", str(work / "nanobind.o"), str(work / "cpu_ops.o"), "-o", str(target),
             "-L", str(tc["mlx_lib"]), "-lmlx", f"-Wl,-rpath,{tc['mlx_lib']}"]
@@ -191,7 +198,7 @@ def _try_load() -> tuple[ModuleType | None, str]:
         tc = _toolchain()
         text = resources.files("mlxnet.custom_kernels").joinpath("cpu_ops.cpp").read_text()
         key = hashlib.sha256("\n".join([text, tc["mlx"], tc["nanobind"], tc["cxx_version"], " ".join(tc["cxx"]),
-                                        instruction_set(), tc["suffix"]]).encode()).hexdigest()[:16]
+                                        instruction_set(), tc["suffix"], *CODEGEN]).encode()).hexdigest()[:16]
         path = _build(tc, text, cache_dir("native") / key)
         where = str(path.parent).replace(str(Path.home()), "~", 1)
         return _load(path), f"on ({instruction_set()} build, {where})"

@@ -28,6 +28,7 @@ from ...errors import MlxnetError
 from ..activations import silu
 from ..core.cpu_bands import band_count, in_bands
 from ..core.registry import REGISTRY
+from . import cpu_grad
 from .check import Pair, _check_activation, _out_size, _pair
 from .definition import epilogue
 from .tap_gemm import _taps_then_shift
@@ -154,12 +155,22 @@ def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.
     if backend() != "cpu":
         return _conv2d(mx.concatenate(list(xs), axis=-1) if len(xs) > 1 else xs[0], weight, bias,
                        activation=activation)
+    if activation is None and all(cpu_grad.fits(x, weight, 1) for x in xs):
+        return cpu_grad.pointwise_with_gemm_gradient(
+            lambda parts, w, b: _pointwise_parts(parts, w, b, None), xs, weight, bias)
+    return _pointwise_parts(xs, weight, bias, activation)
+
+
+def _pointwise_parts(xs: Sequence[mx.array], weight: mx.array, bias: mx.array | None,
+                     activation: str | None) -> mx.array:
+    """:func:`pointwise_conv_of_concat` on the CPU: the direct conv, or one GEMM per part."""
+    c_out, c_in = weight.shape[0], weight.shape[-1]
     native = _native.on_cpu()
     if (native is not None and len(xs) <= native.max_parts and all(x.dtype == mx.float32 for x in xs)
             and _direct_fits(xs[0], weight, 1, (0, 0), activation)):
         return native.direct_conv2d(list(xs), weight, bias, (1, 1), (0, 0), (1, 1), activation == "silu")
     if activation == "silu":
-        return silu(pointwise_conv_of_concat(xs, weight), bias)
+        return silu(_pointwise_parts(xs, weight, None, None), bias)
     w = weight.reshape(c_out, c_in)
     y, start = None, 0
     for x in xs:
@@ -185,6 +196,19 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
         y = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
         return epilogue(y, None, residual, activation)
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    if activation is None and cpu_grad.fits(x, weight, groups):
+        def forward(x: mx.array, weight: mx.array, bias: mx.array | None) -> mx.array:
+            return _conv2d_in_bands(x, weight, bias, stride, padding, dilation, groups, None)
+        def stride_one(x: mx.array, weight: mx.array, padding: Pair) -> mx.array:
+            return _conv2d_in_bands(x, weight, None, (1, 1), padding, dilation, 1, None)
+        return cpu_grad.with_gemm_gradient(forward, x, weight, bias, stride, padding, dilation, stride_one)
+    return _conv2d_in_bands(x, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def _conv2d_in_bands(x: mx.array, weight: mx.array, bias: mx.array | None, stride: Pair, padding: Pair,
+                     dilation: Pair, groups: int, activation: str | None) -> mx.array:
+    """:func:`_conv2d_cpu_band` on the whole input, or on bands of output rows where the
+    unfolded input would be large."""
     n, _, _, c = x.shape
     kh, kw = weight.shape[1:3]
     span_h = dilation[0] * (kh - 1) + 1
@@ -228,7 +252,7 @@ def _conv2d_cpu_band(x: mx.array, weight: mx.array, bias: mx.array | None = None
     if activation == "silu":
         return silu(_conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups), bias)
     if (kh, kw) == (1, 1) and groups == 1 and padding == (0, 0):
-        return pointwise_conv_of_concat([x[:, ::stride[0], ::stride[1], :] if stride != (1, 1) else x], weight, bias)
+        return _pointwise_parts([x[:, ::stride[0], ::stride[1], :] if stride != (1, 1) else x], weight, bias, None)
     elif groups == c == c_out and c_in_g == 1:
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         return _depthwise_in_bands(xp, weight, bias, (kh, kw), stride, dilation, (oh, ow))
