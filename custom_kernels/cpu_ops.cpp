@@ -17,7 +17,11 @@
 // - layer_norm over the last axis: one row per step on every core (MLX's runs on one).
 // - attention (softmax(scale·q·kᵀ)·v, no bias) for many queries against a few keys: sixteen
 //   query rows per vector step, where MLX runs a BLAS call per head too small to use a core.
-// Each has a vjp written with MLX ops, so gradients flow as through the references.
+// - col2im (im2col's adjoint) and batch_norm_train (training-mode BatchNorm + SiLU, with its
+//   gradient as a second primitive): the pieces of a training step that MLX's CPU back end runs
+//   slowest (its convolution gradients unfold pixel by pixel; its BatchNorm is a dozen passes).
+// Each has a vjp, written with MLX ops or these primitives, so gradients flow as through the
+// references.
 #include <algorithm>
 #include <array>
 #include <bit>

@@ -607,3 +607,114 @@ def test_the_build_targets_the_cpus_instruction_set_level():
     assert "-march=native" not in flat
     if level.startswith("x86-64"):
         assert f"-march={level}" in flat
+
+
+@pytest.mark.parametrize("k,s,p,d,shape", GEOMETRIES)
+def test_col2im_is_the_adjoint_of_im2col(native, k, s, p, d, shape):
+    """<im2col(x), P> = <x, col2im(P)> for any x and patches P: col2im sums every patch entry
+    back onto the pixel it was copied from."""
+    x = mx.random.normal(shape, key=mx.random.key(40))
+    patches = mx.random.normal(native.im2col(x, k, s, p, d).shape, key=mx.random.key(41))
+    back = native.col2im(patches, shape[1:3], k, s, p, d)
+    assert back.shape == x.shape
+    lhs = float((native.im2col(x, k, s, p, d) * patches).sum())
+    rhs = float((x * back).sum())
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
+    # and it is the numpy scatter-add of the patches
+    want = np.zeros((shape[0], shape[1] + 2 * p[0], shape[2] + 2 * p[1], shape[3]), np.float64)
+    cols = np.array(patches, np.float64).reshape(*patches.shape[:3], k[0] * k[1], shape[3])
+    oh, ow = patches.shape[1:3]
+    for t, (i, j) in enumerate((i, j) for i in range(k[0]) for j in range(k[1])):
+        want[:, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0], j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]] += cols[:, :, :, t]
+    want = want[:, p[0]: p[0] + shape[1], p[1]: p[1] + shape[2]]
+    np.testing.assert_allclose(np.array(back), want, rtol=1e-5, atol=1e-5)
+
+
+def test_col2im_refuses_patches_that_do_not_fit(native):
+    with pytest.raises(ValueError, match="do not match"):
+        native.col2im(mx.zeros((1, 4, 4, 27)), (9, 9), (3, 3), (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ValueError, match="float32"):
+        native.col2im(mx.zeros((1, 4, 4, 27), dtype=mx.float16), (8, 8), (3, 3), (2, 2), (1, 1), (1, 1))
+
+
+BN_SHAPES = [(2, 5, 7, 3), (1, 9, 11, 32), (3, 13, 24), (130, 16), (1, 1, 1, 4)]
+
+
+@pytest.mark.parametrize("shape", BN_SHAPES)
+@pytest.mark.parametrize("act", [None, "silu"])
+def test_batch_norm_train_primitive_equals_the_definition(native, shape, act):
+    """Outputs (y, mean, biased var) and the gradient of every input, with cotangents on all
+    three outputs (the statistics' own included), against the definition's autodiff."""
+    from mlxnet.ops.norm import definition
+
+    key = mx.random.key(50)
+    x = mx.random.normal(shape, key=key) * 3 + 1.5
+    w = mx.random.normal(shape[-1:], key=mx.random.key(51))
+    b = mx.random.normal(shape[-1:], key=mx.random.key(52))
+    got = native.batch_norm_train(x, w, b, 1e-3, act == "silu")
+    want = definition.batch_norm_train(x, w, b, eps=1e-3, activation=act)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(np.array(g), np.array(r), rtol=2e-5, atol=2e-5)
+    probes = [mx.random.normal(a.shape, key=mx.random.key(53 + i)) for i, a in enumerate(want)]
+
+    def weighted(f):
+        return lambda *a: sum((o * p).sum() for o, p in zip(f(*a), probes))
+    grads = mx.grad(weighted(lambda *a: native.batch_norm_train(*a, 1e-3, act == "silu")), (0, 1, 2))(x, w, b)
+    ref = mx.grad(weighted(lambda *a: definition.batch_norm_train(*a, eps=1e-3, activation=act)), (0, 1, 2))(x, w, b)
+    for g, r in zip(grads, ref):
+        scale = float(mx.abs(r).max()) or 1.0
+        np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_batch_norm_train_cpu_face_takes_the_primitive_for_float32_unsynchronised(native, monkeypatch):
+    calls = []
+    bn = native.batch_norm_train
+    monkeypatch.setattr(native, "batch_norm_train", lambda *a: calls.append(a[0].dtype) or bn(*a))
+    x = mx.random.normal((2, 4, 4, 8), key=mx.random.key(60))
+    w, b = mx.ones((8,)), mx.zeros((8,))
+    ops.batch_norm_train(x, w, b, activation="silu")
+    ops.batch_norm_train(x.astype(mx.bfloat16), w, b)
+    assert calls == [mx.float32]
+
+
+# conv2d's CPU face is differentiated by GEMMs (mlxnet.ops.conv.cpu_grad): every formulation the
+# forward takes, strided, dilated, 1×1, with and without bias, against MLX's own conv gradients.
+CONV_GRADS = [  # weight (C_out, KH, KW, C), stride, padding, dilation, input
+    ((16, 3, 3, 3), 2, 1, 1, (2, 33, 30, 3)),       # a stem: im2col forward, col2im backward
+    ((24, 3, 3, 16), 1, 1, 1, (2, 60, 50, 16)),     # stride 1, large map: shifted GEMMs, flipped conv back
+    ((8, 3, 3, 48), 1, 1, 1, (1, 20, 22, 48)),      # few outputs: taps then shift
+    ((16, 3, 3, 8), 1, 2, 2, (1, 19, 21, 8)),       # dilated
+    ((32, 1, 1, 16), 1, 0, 1, (2, 12, 9, 16)),      # 1×1: one GEMM each way
+    ((32, 1, 1, 16), 2, 0, 1, (2, 12, 9, 16)),      # strided 1×1
+    ((12, 5, 3, 7), (2, 1), (2, 0), 1, (1, 17, 14, 7)),  # uneven kernel, stride and padding
+    ((16, 3, 3, 16), 1, 0, 1, (1, 8, 8, 16)),       # no padding
+]
+
+
+@pytest.mark.parametrize("wshape,s,p,d,shape", CONV_GRADS)
+def test_conv2d_cpu_gradients_equal_mlx_conv_gradients(native, wshape, s, p, d, shape):
+    x = mx.random.normal(shape, key=mx.random.key(70))
+    w = mx.random.normal(wshape, key=mx.random.key(71)) * 0.2
+    b = mx.random.normal(wshape[:1], key=mx.random.key(72))
+    y = mx.conv2d(x, w, stride=s, padding=p, dilation=d)
+    probe = mx.random.normal(y.shape, key=mx.random.key(73))
+    for bias in (b, None):
+        args = (x, w) if bias is None else (x, w, bias)
+        got = mx.grad(lambda *a: (ops.conv2d(*a, stride=s, padding=p, dilation=d) * probe).sum(),
+                      tuple(range(len(args))))(*args)
+        ref = mx.grad(lambda *a: ((mx.conv2d(*a[:2], stride=s, padding=p, dilation=d)
+                                   + (a[2] if len(a) > 2 else 0)) * probe).sum(), tuple(range(len(args))))(*args)
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-4, atol=1e-4 * float(mx.abs(r).max()))
+
+
+def test_pointwise_conv_of_parts_gradients(native):
+    parts = [mx.random.normal((2, 7, 9, c), key=mx.random.key(80 + c)) for c in (8, 16, 3)]
+    w = mx.random.normal((32, 1, 1, 27), key=mx.random.key(90))
+    b = mx.random.normal((32,), key=mx.random.key(91))
+    probe = mx.random.normal((2, 7, 9, 32), key=mx.random.key(92))
+    got = mx.grad(lambda ps, w, b: (ops.pointwise_conv_of_concat(ps, w, b) * probe).sum(), (0, 1, 2))(parts, w, b)
+    ref = mx.grad(lambda ps, w, b: ((mx.conv2d(mx.concatenate(ps, axis=-1), w) + b) * probe).sum(),
+                  (0, 1, 2))(parts, w, b)
+    for g, r in zip([*got[0], *got[1:]], [*ref[0], *ref[1:]]):
+        np.testing.assert_allclose(np.array(g), np.array(r), rtol=1e-4, atol=1e-4 * float(mx.abs(r).max()))

@@ -304,3 +304,44 @@ def test_a_yolo11_trains_and_yolo26_is_refused_in_one_line(data, tmp_path):
     refused = run("train", "detect", data, "-w", "none", "-m", "yolo26n", "--epochs", "1", "-o", tmp_path / "r", code=1)
     assert "train detect trains yolov8n" in refused.output and "yolo11x" in refused.output
     assert not (tmp_path / "r").exists()
+
+
+def test_the_cpu_step_with_fast_faces_equals_the_definitions_step():
+    """On the CPU a training step runs the ops' fast faces (their gradients: GEMMs and mlxnet's
+    primitives); its loss parts, gradients and BatchNorm statistics are the definitions'."""
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    from mlxnet import use_device
+    from mlxnet.device import use_kernels
+    from mlxnet.models.yolo import YOLOv8
+    from mlxnet.training.detect_loop import _for_training, _step_function
+    from mlxnet.training.detection_loss import Targets, detection_loss
+
+    mx.random.seed(1)
+    nets = [_for_training(YOLOv8("n", 3)) for _ in range(2)]
+    nets[1].update(nets[0].parameters())
+
+    def loss_fn(model: nn.Module, images, targets, whole):
+        return detection_loss(model.train_outputs(images), targets, (96, 64), num_classes=3, batch_size=whole)
+    rng = np.random.default_rng(1)
+    images = mx.array(rng.random((2, 96, 64, 3), dtype=np.float32))
+    boxes = [np.array([[4, 6, 40, 50], [30, 20, 60, 90]], np.float32), np.array([[10, 10, 20, 30]], np.float32)]
+    classes = [np.array([0, 2]), np.array([1])]
+    t = Targets.from_lists(boxes, classes, bucket=True)
+    results = []
+    with use_device("cpu"):
+        for net, fast in zip(nets, (True, False)):
+            with use_kernels(fast):
+                parts, grads = _step_function(net, loss_fn)(images, t.boxes, t.classes, 2)
+                mx.eval(parts, grads, net.state)
+            results.append((parts, dict(tree_flatten(grads))))
+    (p0, g0), (p1, g1) = results
+    np.testing.assert_allclose(np.array(p0), np.array(p1), rtol=1e-4, atol=1e-6)
+    assert g0.keys() == g1.keys()
+    for k in g0:
+        scale = float(mx.abs(g1[k]).max()) or 1.0
+        np.testing.assert_allclose(np.array(g0[k]), np.array(g1[k]), rtol=2e-3, atol=2e-4 * scale, err_msg=k)
+    for (k, a), (_, b) in zip(tree_flatten(nets[0].state), tree_flatten(nets[1].state)):
+        if "running" in k:
+            np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-6, err_msg=k)

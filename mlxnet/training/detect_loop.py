@@ -35,7 +35,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .. import distributed, env
-from ..device import backend, compile_enabled, use_kernels
+from ..device import backend, compile_enabled
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
 from ..progress import progress_bar
@@ -439,13 +439,12 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                                 {k: v.astype(dtype) for k, v in master.items()}).items())))
                 targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                 images = mx.array(b.images).astype(dtype) / 255
-                with use_kernels(training_kernels()):
-                    parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
-                    if world > 1:  # each process's gradient is its share's: their sum is the batch's
-                        grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
-                    grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
-                    pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
-                    mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
+                parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
+                if world > 1:  # each process's gradient is its share's: their sum is the batch's
+                    grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
+                grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
+                pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
+                mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
                 values = np.array(parts.astype(mx.float32))
                 if not np.isfinite(values).all():
                     files = ", ".join(str(p) for p in b.paths)
@@ -531,12 +530,6 @@ def _step_function(net: nn.Module, loss_fn: Callable, compiled: bool = False) ->
         return step
     state = [net.state]  # the parameters read and the running statistics written
     return mx.compile(step, inputs=state, outputs=state)
-
-
-def training_kernels() -> bool:
-    """Whether a training step runs the ops' fast faces: yes on every back end (on the CPU their
-    gradients are GEMMs and mlxnet's primitives: :mod:`mlxnet.ops.conv.cpu_grad`)."""
-    return True
 
 
 def _validate(validator: Validator, arrays: dict, names: tuple[str, ...], val_set: D.DetectionSet,

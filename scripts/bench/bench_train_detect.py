@@ -51,10 +51,12 @@ def run_mlxnet(data: str, weights: str, out: str, epochs: int, imgsz: int, batch
                device: str, workers: int, dtype: str = "float32") -> dict:
     import mlx.core as mx
 
+    import mlxnet
     from mlxnet.commands.grammar import apply_device
     from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
 
     apply_device(device)
+    mlxnet.tune_cpu()  # as the mlxnet command tunes its own process (MLXNET_MALLOC=tuned, the default)
     start = time.perf_counter()
     train_detector(DetectTrainConfig(data=data, weights=weights, output=out, epochs=epochs, imgsz=imgsz, batch=batch,
                                      seed=seed, force=True, workers=workers, precision=dtype))
@@ -72,7 +74,7 @@ def read_results(run: Path) -> dict:
             "s_per_epoch": times[-1] / len(times),
             # without the first epoch, which pays each tool's one-off start (compiling, caching)
             "s_per_epoch_steady": statistics.median(steps) if steps else times[-1],
-            "epochs": len(rows), "s_per_epoch": per_epoch}
+            "epochs": len(rows)}
 
 
 def child(tool: str, args: argparse.Namespace, seed: int, out: Path) -> dict:

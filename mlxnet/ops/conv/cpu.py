@@ -13,6 +13,9 @@ im2col through a scalar strided copy plus one GEMM:
   bias and SiLU fused;
 - anything else: ``mx.conv2d``; very large inputs run in bands of output rows.
 
+Whichever formulation runs, the gradient of a float32 ungrouped conv is GEMMs on mlxnet's
+primitives (:mod:`.cpu_grad`), not autodiff through the formulation.
+
 The thresholds and the measurements behind each rule: docs/performance-notes.md.
 """
 from __future__ import annotations
@@ -146,8 +149,9 @@ def pointwise_conv_of_concat(xs: Sequence[mx.array], weight: mx.array, bias: mx.
     primitives, their direct conv reading the parts in place; else one GEMM per part, each
     accumulating into the last (addmm). On GPUs one copy builds the concatenation and one conv
     reads it: a GEMM per part would make a pass over the whole output per part. The parts must
-    share N, H, W; the weight's input channels follow the parts' order."""
-    c_out, c_in = weight.shape[0], weight.shape[-1]
+    share N, H, W; the weight's input channels follow the parts' order. On the CPU its gradient
+    is a GEMM per part too (:mod:`.cpu_grad`)."""
+    c_in = weight.shape[-1]
     if weight.shape[1:3] != (1, 1) or sum(x.shape[-1] for x in xs) != c_in or len({x.shape[:3] for x in xs}) != 1:
         raise MlxnetError(f"pointwise conv: weight {tuple(weight.shape)} does not fit parts of shapes "
                           f"{[tuple(x.shape) for x in xs]}")
