@@ -138,7 +138,8 @@ def test_import_and_first_use_leave_the_environment_alone():
             "import mlxnet\n"
             "mlxnet.backend(); mlxnet.kernels_enabled(); mlxnet.blas_info(); mlxnet.tune_cpu()\n"
             "print(dict(os.environ) == before, os.environ['PATH'] == path, c_environ() == c_before)\n")
-    for extra in ({}, {"MLXNET_DEVICE": "cpu", "MLXNET_BLAS": "off", "MLXNET_KERNELS": "0"}):
+    for extra in ({}, {"MLXNET_DEVICE": "cpu", "MLXNET_BLAS": "off", "MLXNET_KERNELS": "0"},
+                  {"OPENBLAS_THREAD_TIMEOUT": "20"}):
         out = python(code, **extra)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["True", "True", "True"], (extra, out.stdout)

@@ -41,6 +41,25 @@ def test_openblas_is_bound_with_run_time_kernels_and_all_threads():
     assert one.stdout.strip() == "1"
 
 
+@pytest.mark.skipif(sys.platform != "linux" or (os.cpu_count() or 1) < 2, reason="OpenBLAS workers: Linux, 2+ cores")
+def test_openblas_workers_sleep_soon_after_a_gemm():
+    """A GEMM's worker threads stop spinning within microseconds (mlxnet's THREAD_TIMEOUT), so
+    the ops that follow have the cores; with OpenBLAS's own timeout (a user's setting wins) they
+    spin on for about 0.1 s, which shows as CPU time while the process sleeps."""
+    code = ("import time, mlxnet, mlx.core as mx\n"
+            "a = mx.random.normal((1024, 1024)); mx.eval(a)\n"
+            "spins = []\n"
+            "for _ in range(3):\n"
+            "    mx.eval(a @ a); t0 = time.process_time(); time.sleep(0.05); spins.append(time.process_time() - t0)\n"
+            "print(min(spins))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_NUM_THREADS")}
+    ours = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    theirs = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**env, "OPENBLAS_THREAD_TIMEOUT": "28"})
+    assert float(ours.stdout) < 0.01, ours.stdout
+    assert float(theirs.stdout) > 0.02, theirs.stdout
+
+
 _BLAS_RUN = """
 import sys, ctypes
 if sys.argv[1] == "mlx-first":

@@ -411,6 +411,9 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             "time on this machine (MLX caches it)")
     validator = Validator(variant, nc, names)
     steps_done = progress.epoch * nb
+    # results.csv's time, as ultralytics counts it: wall seconds since training began (each
+    # epoch's saving and plotting in the next epoch's), continued from the rows of a resumed run.
+    began, before = time.perf_counter(), (rows[-1].elapsed if rows else 0.0)
     while progress.epoch < cfg.epochs:
         epoch = progress.epoch
         mosaic = epoch < cfg.epochs - cfg.close_mosaic
@@ -473,7 +476,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         if val_set is not None and not partial and main:
             metrics = _validate(validator, ema.arrays, names, val_set, cfg)
         lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
-        elapsed = (rows[-1].elapsed if rows else 0.0) + time.perf_counter() - start
+        elapsed = before + time.perf_counter() - began
         row = EpochRow(epoch + 1, elapsed, seconds, tuple(sums / len(groups)), *metrics,
                        tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
         if main:
