@@ -128,6 +128,17 @@ class CpuPrimitive : public mx::Primitive {
     return encoder_for(inputs, out);
   }
 
+  // For a primitive of several outputs: allocates each and registers every array.
+  mx::cpu::CommandEncoder& encoder_for_all(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (auto& a : inputs) encoder.set_input_array(a);
+    for (auto& o : outputs) {
+      o.set_data(mx::allocator::malloc(o.nbytes()));
+      encoder.set_output_array(o);
+    }
+    return encoder;
+  }
+
  private:
   mx::cpu::CommandEncoder& registered(const std::vector<mx::array>& inputs, mx::array& out) {
     auto& encoder = mx::cpu::get_command_encoder(stream());
@@ -162,9 +173,21 @@ std::pair<int, int> checked_out_size(const mx::array& x, const Geometry& g, cons
   return {oh, ow};
 }
 
-class Im2Col : public CpuPrimitive {
+// A primitive defined by a convolution's geometry alone.
+class GeometryPrimitive : public CpuPrimitive {
  public:
-  Im2Col(mx::Stream s, Geometry g) : CpuPrimitive(s), g_(g) {}
+  GeometryPrimitive(mx::Stream s, Geometry g) : CpuPrimitive(s), g_(g) {}
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return g_ == static_cast<const GeometryPrimitive&>(other).g_;
+  }
+
+ protected:
+  Geometry g_;
+};
+
+class Im2Col : public GeometryPrimitive {
+ public:
+  using GeometryPrimitive::GeometryPrimitive;
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     auto& x = inputs[0];
@@ -214,12 +237,6 @@ class Im2Col : public CpuPrimitive {
   const char* name() const override {
     return "MlxnetIm2Col";
   }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return g_ == static_cast<const Im2Col&>(other).g_;
-  }
-
- private:
-  Geometry g_;
 };
 
 mx::array col2im_of(const mx::array& cols, const mx::Shape& image, Geometry g, mx::Stream s);
@@ -253,9 +270,9 @@ std::vector<mx::array> Im2Col::vjp(const std::vector<mx::array>& primals, const 
 
 // The adjoint of Im2Col: each input pixel gathers the patch entries that copied it (no scatter,
 // so rows of the image are independent and run on every core). float32.
-class Col2Im : public CpuPrimitive {
+class Col2Im : public GeometryPrimitive {
  public:
-  Col2Im(mx::Stream s, Geometry g) : CpuPrimitive(s), g_(g) {}
+  using GeometryPrimitive::GeometryPrimitive;
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     auto& cols = inputs[0];
@@ -302,12 +319,6 @@ class Col2Im : public CpuPrimitive {
   const char* name() const override {
     return "MlxnetCol2Im";
   }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return g_ == static_cast<const Col2Im&>(other).g_;
-  }
-
- private:
-  Geometry g_;
 };
 
 mx::array col2im_of(const mx::array& cols, const mx::Shape& image, Geometry g, mx::Stream s) {
@@ -1068,17 +1079,26 @@ inline float silu_grad(float z, float g) {
 // deviations, y = (x − mean)·(1/√(var + eps))·w + b, then SiLU if asked. Outputs y, mean, var.
 // MLX runs the definition as a dozen passes, its exp one scalar at a time; this is three
 // passes on every core, and its gradient (BatchNormTrainGrad) two more.
-class BatchNormTrain : public CpuPrimitive {
+// What the BatchNorm primitives share: their epsilon and whether a SiLU follows.
+class BatchNormPrimitive : public CpuPrimitive {
  public:
-  BatchNormTrain(mx::Stream s, float eps, bool silu) : CpuPrimitive(s), eps_(eps), silu_(silu) {}
+  BatchNormPrimitive(mx::Stream s, float eps, bool silu) : CpuPrimitive(s), eps_(eps), silu_(silu) {}
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const BatchNormPrimitive&>(other);
+    return eps_ == o.eps_ && silu_ == o.silu_;
+  }
+
+ protected:
+  float eps_;
+  bool silu_;
+};
+
+class BatchNormTrain : public BatchNormPrimitive {
+ public:
+  using BatchNormPrimitive::BatchNormPrimitive;
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (auto& a : inputs) encoder.set_input_array(a);
-    for (auto& o : outputs) {
-      o.set_data(mx::allocator::malloc(o.nbytes()));
-      encoder.set_output_array(o);
-    }
+    auto& encoder = encoder_for_all(inputs, outputs);
     auto& x = inputs[0];
     size_t c = x.shape(-1), rows = c ? x.size() / c : 0;
     encoder.dispatch([src = x.data<float>(), w = inputs[1].data<float>(), b = inputs[2].data<float>(),
@@ -1118,31 +1138,18 @@ class BatchNormTrain : public CpuPrimitive {
   const char* name() const override {
     return "MlxnetBatchNormTrain";
   }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    auto& o = static_cast<const BatchNormTrain&>(other);
-    return eps_ == o.eps_ && silu_ == o.silu_;
-  }
-
- private:
-  float eps_;
-  bool silu_;
 };
 
 // BatchNormTrain's gradient from (x, w, b, mean, var, dy, d_mean, d_var): with dz the
 // cotangent through the SiLU (recomputed from x, not kept) and x̂ = (x − mean)/√(var + eps),
 // db = Σdz, dw = Σdz·x̂ over the rows, and dx = (w/√(var + eps))·(dz − db/n − x̂·dw/n) plus
 // the statistics' own cotangents (d_mean/n + (x − mean)·2·d_var/n). Outputs dx, dw, db.
-class BatchNormTrainGrad : public CpuPrimitive {
+class BatchNormTrainGrad : public BatchNormPrimitive {
  public:
-  BatchNormTrainGrad(mx::Stream s, float eps, bool silu) : CpuPrimitive(s), eps_(eps), silu_(silu) {}
+  using BatchNormPrimitive::BatchNormPrimitive;
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (auto& a : inputs) encoder.set_input_array(a);
-    for (auto& o : outputs) {
-      o.set_data(mx::allocator::malloc(o.nbytes()));
-      encoder.set_output_array(o);
-    }
+    auto& encoder = encoder_for_all(inputs, outputs);
     auto& x = inputs[0];
     size_t c = x.shape(-1), rows = c ? x.size() / c : 0;
     encoder.dispatch([src = x.data<float>(), w = inputs[1].data<float>(), b = inputs[2].data<float>(),
@@ -1197,14 +1204,6 @@ class BatchNormTrainGrad : public CpuPrimitive {
   const char* name() const override {
     return "MlxnetBatchNormTrainGrad";
   }
-  bool is_equivalent(const mx::Primitive& other) const override {
-    auto& o = static_cast<const BatchNormTrainGrad&>(other);
-    return eps_ == o.eps_ && silu_ == o.silu_;
-  }
-
- private:
-  float eps_;
-  bool silu_;
 };
 
 std::vector<mx::array> BatchNormTrain::vjp(const std::vector<mx::array>& primals,
