@@ -20,14 +20,19 @@ _NORM_ONES = ("running_var",)
 _NORM_ZEROS = ("running_mean",)
 
 
+def _is_norm(module: nn.Module) -> bool:
+    """MLX's normalisations and any module named as one (mlxnet's LayerNorm, LayerNorm2d,
+    FrozenBatchNorm2d): an identity when initialised (a zero scale would zero every output)."""
+    return (isinstance(module, (nn.BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm))
+            or type(module).__name__.endswith(("Norm", "Norm2d")))
+
+
 def scale_preserving_init(model: nn.Module, seed: int = 0,
                           keep: Callable[[str], bool] = lambda path: False) -> nn.Module:
     """Re-initialise ``model`` in place (see the module docstring) and return it; parameters
     and buffers whose dotted path ``keep`` accepts are left as they are."""
     keys = iter(mx.random.split(mx.random.key(seed), len(tree_flatten(model.parameters())) + 1))
-    norms = {name for name, m in model.named_modules()
-             if isinstance(m, (nn.BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm))
-             or type(m).__name__.endswith("Norm2d")}
+    norms = {name for name, m in model.named_modules() if _is_norm(m)}
     updates = []
     for path, value in tree_flatten(model.parameters()):
         key = next(keys)
