@@ -10,6 +10,7 @@ import io
 import os
 import re
 import secrets
+import shutil
 import stat
 import struct
 import time
@@ -567,14 +568,47 @@ def check_output_path(output: PathLike, inputs: Sequence[PathLike] = (), force: 
     return out
 
 
-def save_image(image: np.ndarray, path: PathLike) -> Path:
-    """Save uint8 HWC/HW (or uint16 HW) to ``path`` atomically; the format follows the suffix."""
+JPEG_QUALITY = 95  # a JPEG output whose source is no JPEG (OpenCV's and ultralytics' default)
+
+
+def _jpeg_settings(source: PathLike | None) -> dict:
+    """Pillow's save options that keep ``source``'s JPEG quality: its quantisation tables and
+    chroma subsampling; for another source (or none) quality :data:`JPEG_QUALITY`. (Pillow's
+    own default, 75, visibly degrades a photo written back.)"""
+    if source is not None:
+        try:
+            with Image.open(source) as src:
+                if src.format == "JPEG" and src.quantization:
+                    from PIL import JpegImagePlugin
+
+                    return {"qtables": src.quantization, "subsampling": JpegImagePlugin.get_sampling(src)}
+        except (OSError, ValueError):
+            pass
+    return {"quality": JPEG_QUALITY}
+
+
+def save_image(image: np.ndarray, path: PathLike, source: PathLike | None = None,
+               unchanged: bool = False) -> Path:
+    """Save uint8 HWC/HW (or uint16 HW) to ``path`` atomically; the format follows the suffix.
+
+    ``source``: the input the image was made from. A JPEG output keeps its JPEG quality, and
+    with ``unchanged`` (the caller knows the pixels are the source's) an output of the source's
+    format is a copy of its bytes, not a re-encoding."""
     p = Path(path)
     fmt = image_format(p)
+    if unchanged and source is not None:
+        try:
+            with Image.open(source) as src:
+                same = src.format == fmt
+        except (OSError, ValueError):
+            same = False
+        if same:
+            return atomic_write(p, lambda tmp: shutil.copyfile(source, tmp))
     buf = io.BytesIO()
     array = np.ascontiguousarray(image)
+    options = _jpeg_settings(source) if fmt == "JPEG" else {}
     try:
-        Image.fromarray(array).save(buf, format=fmt)
+        Image.fromarray(array).save(buf, format=fmt, **options)
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise MlxnetError(f"{p}: cannot write a {array.dtype} {'×'.join(map(str, array.shape))} "
                           f"image as {fmt} ({e})") from None

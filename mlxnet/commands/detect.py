@@ -147,7 +147,7 @@ def detect(
 
     def finish(job: Job, item: tuple[np.ndarray, Any], det) -> tuple[dict, str]:
         image, target = item[0], job.outputs[0]
-        save_image(det.render(image), target)
+        save_image(det.render(image), target, source=job.source.path)
         written = more.write(job, image, det)
         record = {"output": str(target), "width": image.shape[1], "height": image.shape[0], **written,
                   **det.to_dict()}

@@ -195,7 +195,8 @@ class ExtraOutputs:
         """Write ``job``'s labels and crops; returns what its JSON record adds (the paths)."""
         if self.guard is None:
             return {}
-        return write_extras(self.plans[job], self.base, image, det, self.save_conf, self.guard)
+        return write_extras(self.plans[job], self.base, image, det, self.save_conf, self.guard,
+                            source=job.source.path)
 
     @staticmethod
     def summary(written: dict) -> list[str]:
@@ -204,8 +205,10 @@ class ExtraOutputs:
             ([f"{len(written['crops'])} crops"] if "crops" in written else [])
 
 
-def write_extras(extra: Extras, base: Path, image: np.ndarray, det, save_conf: bool, guard: Guard) -> dict:
-    """Write one image's labels and crops; returns what the JSON record adds (paths written)."""
+def write_extras(extra: Extras, base: Path, image: np.ndarray, det, save_conf: bool, guard: Guard,
+                 source: Path | None = None) -> dict:
+    """Write one image's labels and crops (JPEG at ``source``'s quality, the image's file);
+    returns what the JSON record adds (paths written)."""
     from mlxnet.image import atomic_write_bytes, save_image
 
     record: dict = {}
@@ -224,7 +227,7 @@ def write_extras(extra: Extras, base: Path, image: np.ndarray, det, save_conf: b
             count[folder] = n = count.get(folder, 0) + 1
             target = base / "crops" / folder / f"{extra.crops_key}{'' if n == 1 else f'_{n}'}.jpg"
             guard.refuse("its crop", target)
-            save_image(np.ascontiguousarray(pixels), target)
+            save_image(np.ascontiguousarray(pixels), target, source=source)
             written.append(str(target))
         record["crops"] = written
     return record

@@ -158,7 +158,8 @@ def erase(
 
     def finish(job: Job, item, result) -> tuple[dict, str]:
         region, erased, seconds = result
-        save_image(erased.image, job.outputs[0])
+        # nothing erased: the input file itself (its bytes, when the output has its format)
+        save_image(erased.image, job.outputs[0], source=job.source.path, unchanged=erased.crop is None)
         if save_mask:
             save_image(erased.mask.astype(np.uint8) * 255, job.outputs[1])
         record = {"output": str(job.outputs[0]), **erased.to_dict(),

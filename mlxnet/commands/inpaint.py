@@ -101,7 +101,7 @@ def inpaint(
     def finish(job: Job, item: tuple[np.ndarray, np.ndarray], timed) -> tuple[dict, str]:
         (out_path,), (mask_file,) = job.outputs, job.also_reads
         result, seconds = timed
-        save_image(result.render(item[0]), out_path)
+        save_image(result.render(item[0]), out_path, source=job.source.path)
         record = {"mask": str(mask_file), "output": str(out_path), **result.to_dict(), "weights": weights,
                   "dtype": computes_in(dtype), "backend": mlxnet.backend(), "seconds": round(seconds, 4),
                   "peak_memory_mb": round(mx.get_peak_memory() / 2**20, 1)}

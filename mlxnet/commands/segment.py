@@ -152,7 +152,7 @@ def segment(
     def finish(job: Job, item: tuple[str, np.ndarray], result) -> tuple[dict, str]:
         pixels = item[1]
         overlay, mask = job.outputs
-        save_image(result.render(pixels), overlay)
+        save_image(result.render(pixels), overlay, source=job.source.path)
         save_image(result.mask_image(), mask)
         h, w = pixels.shape[:2]
         record = {"width": w, "height": h, "overlay": str(overlay), "mask": str(mask), **result.to_dict()}
