@@ -19,7 +19,7 @@ from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, as_rgb_images, center_crop, draw_boxes, resize_pil
 from mlxnet.nn import AdaptiveAvgPool2d, Conv2d, MaxPool2d, compiled_for_inference, fuse_conv_bn
-from mlxnet.weights import (Checkpoint, Description, FoldBN, WeightSpec, describe_from_metadata, load_variant,
+from mlxnet.weights import (Checkpoint, count_mismatch, Description, FoldBN, WeightSpec, describe_from_metadata, load_variant,
                             random_init, register_spec)
 
 DEFAULT = "resnet50"  # the variant of a source that names none: no --model, and 'random' weights
@@ -348,7 +348,7 @@ class Classifier:
     def __init__(self, net: ResNet, names: Sequence[str] | None = None) -> None:
         classes = net.fc.weight.shape[0]
         if names is not None and len(names) != classes:
-            raise MlxnetError(f"{len(names)} class names for a {classes}-class model")
+            raise MlxnetError(count_mismatch(names, classes))
         self.net, self.names = net, tuple(names) if names is not None else None
 
     @property

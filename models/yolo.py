@@ -24,7 +24,7 @@ import numpy as np
 from mlxnet import families
 from mlxnet.errors import MlxnetError
 from mlxnet.image import ImageInput, as_rgb, as_rgb_images
-from mlxnet.weights import (Checkpoint, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
+from mlxnet.weights import (Checkpoint, count_mismatch, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
 from .yolo_arch import ARCHITECTURES, YOLONet
@@ -215,9 +215,9 @@ class YOLO:
         self.net = net
         if names is None:  # COCO's for the 80-class models, else the class indices
             names = coco80_names() if net.nc == 80 else tuple(f"class{i}" for i in range(net.nc))
+        if len(names) != net.nc:
+            raise MlxnetError(count_mismatch(names, net.nc))
         self.names = tuple(names)
-        if len(self.names) != net.nc:
-            raise MlxnetError(f"{len(self.names)} class names for a {net.nc}-class model")
 
     @classmethod
     def from_pretrained(cls, weights: str | os.PathLike = "yolov8n", *, model: str | None = None,

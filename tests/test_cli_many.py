@@ -114,9 +114,13 @@ def test_one_file_form_of_the_output_option(tree, tmp_path):
     assert many.names_one_file([one], str(tmp_path / "out.png"))
     assert not many.names_one_file([one], str(tmp_path))  # an existing folder
     assert not many.names_one_file([one], str(tmp_path / "new") + "/")  # a folder to be
-    assert not many.names_one_file([str(tree)], str(tmp_path / "out.png"))
-    assert not many.names_one_file([f"{tree}/*.png"], str(tmp_path / "out.png"))
-    assert not many.names_one_file([one, str(tree / "a1.png")], str(tmp_path / "out.png"))
+    assert not many.names_one_file([str(tree)], str(tmp_path / "out") + "/")
+    # several sources, a folder or a pattern write into a folder: an output named like an image
+    # file is refused in one line, not made a folder of that name
+    for args in ([str(tree)], [f"{tree}/*.png"], [one, str(tree / "a1.png")]):
+        with pytest.raises(mlxnet.MlxnetError, match=r"names an image file; give a folder"):
+            many.names_one_file(args, str(tmp_path / "out.png"))
+    assert not (tmp_path / "out.png").exists()
 
 
 def test_an_input_format_pillow_cannot_write_gets_a_png_output(tmp_path):
@@ -279,3 +283,28 @@ def test_inpaint_many_with_one_mask_or_a_folder_of_masks(tree, weights, tmp_path
     assert rows[str(tree / "sub/b0.png")]["filled_pixels"] == 0
     assert sorted(p.relative_to(tmp_path / "folder").as_posix() for p in (tmp_path / "folder").rglob("*.*")) == \
         ["a0.png", "a2.jpg", "sub/b0.png"]
+
+
+def test_inpaint_without_a_mask_says_the_mask_is_missing(tree, tmp_path):
+    from typer.testing import CliRunner
+
+    from mlxnet.cli import app
+    result = CliRunner().invoke(app, ["inpaint", str(tree / "a0.png"), "-o", str(tmp_path / "o.png")])
+    said = result.output + str(result.exception)
+    assert result.exit_code != 0
+    assert "no MASK after" in said and "SOURCE... MASK" in said
+    assert "Missing argument 'SOURCE" not in said
+    assert not (tmp_path / "o.png").exists()
+
+
+@pytest.mark.parametrize("command", ["detect", "classify"])
+def test_a_labels_file_of_the_wrong_count_is_named(command, tree, tmp_path):
+    from typer.testing import CliRunner
+
+    from mlxnet.cli import app
+    labels = tmp_path / "names.txt"
+    labels.write_text("cat\ndog\n")
+    args = [command, str(tree / "a0.png"), "-w", "random", "--labels", str(labels)]
+    result = CliRunner().invoke(app, args + (["-o", str(tmp_path / "o.png")] if command == "detect" else []))
+    assert result.exit_code != 0
+    assert f"{labels}: 2 class names for a" in result.output + str(result.exception)

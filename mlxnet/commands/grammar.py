@@ -36,8 +36,11 @@ OUTPUT_HELP = ("Folder for the results (inputs keep their relative paths below i
                "a path with an image extension (.png, .jpg) is the file itself.")
 
 
-def sources(help: str = SOURCES_HELP) -> Any:
-    return typer.Argument(..., metavar="SOURCE...", help=help, show_default=False)
+def sources(help: str = SOURCES_HELP, required: bool = True) -> Any:
+    """The SOURCE... argument; ``required=False`` where an argument after it (inpaint's MASK)
+    would otherwise take a lone value and leave click to call SOURCE missing: the command then
+    says what is missing itself."""
+    return typer.Argument(... if required else None, metavar="SOURCE...", help=help, show_default=False)
 
 
 def output(help: str = OUTPUT_HELP, default: Any = ...) -> Any:

@@ -186,9 +186,16 @@ def names_one_file(args: Sequence[str], output: str) -> bool:
     folder (an existing one, or one written with a trailing slash)."""
     from mlxnet.image import readable_extensions
 
-    return (len(args) == 1 and not os.path.isdir(args[0]) and not is_pattern(args[0])
-            and not os.path.isdir(output) and not output.endswith(("/", os.sep))
-            and os.path.splitext(output)[1].lower() in readable_extensions())
+    looks_like_file = (not os.path.isdir(output) and not output.endswith(("/", os.sep))
+                       and os.path.splitext(output)[1].lower() in readable_extensions())
+    one_source = len(args) == 1 and not os.path.isdir(args[0]) and not is_pattern(args[0])
+    if looks_like_file and args and not one_source:
+        # Several sources (or a folder or pattern) write one file each into a folder; an output
+        # named like an image would silently become a folder of that name.
+        what = f"{len(args)} sources write" if len(args) > 1 else f"{args[0]} (a folder or pattern) writes"
+        raise MlxnetError(f"-o {output}: {what} one output per image into a folder, but this names an image "
+                          f"file; give a folder (for example {os.path.splitext(output)[0]}/), or one source")
+    return one_source and looks_like_file
 
 
 # --- Outputs ---------------------------------------------------------------------------------------

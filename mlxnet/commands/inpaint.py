@@ -44,8 +44,8 @@ def mask_finder(folder: Path) -> Callable[[Source], Path]:
 
 
 def inpaint(
-    images: List[str] = grammar.sources(),
-    mask: str = typer.Argument(..., metavar="MASK",
+    images: Optional[List[str]] = grammar.sources(required=False),
+    mask: Optional[str] = typer.Argument(None, metavar="MASK",
                                help="Mask (non-black pixels are filled): one image file for every image, "
                                     "or a folder of masks with the images' relative paths."),
     output: str = grammar.output(),
@@ -68,6 +68,8 @@ def inpaint(
     from mlxnet.dtypes import computes_in
     from mlxnet.image import load_image, load_mask, resize_pil, save_image
 
+    if not images:  # one argument: click gave it to MASK
+        raise MlxnetError(f"no MASK after {mask or 'the images'}: give SOURCE... MASK (the last argument is the mask)")
     grammar.check_dtype(dtype)
     weights = weights or model or "lama"
     one_output, one_mask = names_one_file(images, output), not os.path.isdir(mask)

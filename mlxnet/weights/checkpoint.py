@@ -91,9 +91,32 @@ def names_of(value: Any, source: str) -> tuple[str, ...]:
                       f"got {type(value).__name__}")
 
 
-def read_labels(path: str | os.PathLike) -> tuple[str, ...]:
+class Labels(tuple):
+    """Class names read from a file, which they remember (``source``), so that a model refusing
+    their count can name the file."""
+
+    source: Path
+
+    def __new__(cls, names: Sequence[str], source: Path) -> "Labels":
+        labels = super().__new__(cls, names)
+        labels.source = source
+        return labels
+
+
+def count_mismatch(names: Sequence[str], classes: int) -> str:
+    """The one-line complaint about ``names`` for a ``classes``-class model, naming their file
+    when they came from one."""
+    where = f"{names.source}: " if isinstance(names, Labels) else ""
+    return f"{where}{len(names)} class names for a {classes}-class model"
+
+
+def read_labels(path: str | os.PathLike) -> Labels:
     """Class names from a file: a JSON list or {index: name} object, or one name per line."""
     path = Path(path)
+    return Labels(_names_in(path), path)
+
+
+def _names_in(path: Path) -> tuple[str, ...]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
