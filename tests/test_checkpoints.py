@@ -182,3 +182,24 @@ def test_integer_or_nonfinite_weights_are_refused(tmp_path):
     mx.save_safetensors(str(tmp_path / "nan.safetensors"), {k: mx.array(v) for k, v in nan.items()})
     with pytest.raises(mlxnet.MlxnetError, match=r"layer1.0.bn1.running_var: 3 of 64 values are NaN or infinite"):
         resnet.from_pretrained(str(tmp_path / "nan.safetensors"))
+
+
+def test_convert_reads_the_variant_from_the_checkpoint_without_model(tmp_path):
+    """`mlxnet convert best.pt out.safetensors`: the checkpoint says what it holds, so -m is
+    not needed; a file that does not say is one line asking for -m."""
+    from typer.testing import CliRunner
+
+    from mlxnet.cli import app
+    custom = custom_yolo_pt(tmp_path / "best.pt")
+    out = tmp_path / "best.safetensors"
+    result = CliRunner().invoke(app, ["convert", str(custom), str(out)])
+    assert result.exit_code == 0, result.output + str(result.exception)
+    assert "(model yolov8s)" in result.output
+    det = yolo.YOLO.from_pretrained(out)
+    assert det.net.scale == "s" and det.names == tuple(meta()["names"])
+    bare = tmp_path / "bare.safetensors"
+    from safetensors.numpy import save_file
+    save_file({"w": np.zeros((2, 2), np.float32)}, str(bare))
+    result = CliRunner().invoke(app, ["convert", str(bare), str(tmp_path / "x.safetensors")])
+    assert result.exit_code != 0
+    assert "does not say which model it holds; give --model/-m" in str(result.exception)

@@ -18,7 +18,7 @@ def convert(
                               "where PyTorch and ultralytics are installed."),
     model: Optional[str] = typer.Option(None, "--model", "-m", metavar="ID",
                                         help="Weight spec id: the key table and layouts to apply (`mlxnet models`); "
-                                             "required for a .safetensors OUTPUT."),
+                                             "default: the model the checkpoint says it holds."),
     dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
                               help="Dtype of the written floats: float32 (default, whatever the checkpoint "
                                    "stores), float16 or bfloat16. Every step runs in float32; the cast is last."),
@@ -32,8 +32,8 @@ def convert(
 ) -> None:
     """Convert a PyTorch checkpoint into mlxnet safetensors (SOURCE is never modified)."""
     grammar.apply_device(device)
-    from mlxnet.errors import MlxnetError
     from mlxnet.weights import convert_checkpoint, load_safetensors, read_labels
+    from mlxnet.weights.convert import identify
 
     if dst.lower().endswith(".pt"):
         from mlxnet.weights.ultralytics_export import write_ultralytics_checkpoint
@@ -41,8 +41,8 @@ def convert(
         out = write_ultralytics_checkpoint(src, dst, force=force)
         Console().print(f"wrote {out} (ultralytics: YOLO({str(out)!r}))", soft_wrap=True)
         return
-    if model is None:
-        raise MlxnetError("convert to .safetensors needs --model/-m: the weight spec id (`mlxnet models`)")
+    if model is None:  # what the checkpoint says it holds
+        model = identify(src)
     names = read_labels(labels) if labels else None
     out = convert_checkpoint(src, dst, model, dtype=dtype, fold_bn=fold_bn, force=force, names=names)
     weights = load_safetensors(out)

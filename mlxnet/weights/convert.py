@@ -24,7 +24,7 @@ from .loading import check_weights, load_into
 from .random_weights import is_random
 from ..dtypes import compute_dtype
 from .safetensors_io import DTypeLike, as_dtype, cast_floating, save_safetensors
-from .spec import WeightSpec, get_spec
+from .spec import WeightSpec, get_spec, list_specs
 
 _BN = ("weight", "bias", "running_mean", "running_var")
 
@@ -148,6 +148,27 @@ def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: s
     if model is not None and found.variant != model:
         raise MlxnetError(f"{ckpt.path} holds a {found.variant} model, not {model}")
     return load_model(ckpt, found.variant, dtype=dtype, found=found)
+
+
+def identify(src: str | os.PathLike) -> str:
+    """The model id a checkpoint says it holds (mlxnet's metadata, an ultralytics model's yaml,
+    a LaMa generator's blocks...): what each family's ``describe`` reads from it, the first
+    that names a variant; else a one-line error asking for the model."""
+    ckpt = open_checkpoint(src)
+    tried = set()
+    for spec_id in list_specs():
+        describe = get_spec(spec_id).describe or describe_from_metadata
+        if describe in tried:
+            continue
+        tried.add(describe)
+        try:
+            found = describe(ckpt)
+        except MlxnetError:  # another family's checkpoint
+            continue
+        if found.variant is not None:
+            return found.variant
+    raise MlxnetError(f"{ckpt.path}: the checkpoint does not say which model it holds; give --model/-m "
+                      "(`mlxnet models` lists the ids)")
 
 
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: WeightSpec | str, *,
