@@ -389,3 +389,18 @@ def test_importing_mlxnet_and_its_help_load_no_web_stack():
             "print(r.exit_code, sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'multipart', 'python_multipart')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split(None, 1) == ["0", "[]\n"], out.stdout
+
+
+def test_missing_configured_weights_are_a_503_naming_the_option(tmp_path):
+    """The server's own weights failing to load is no fault of the request: 503, and the
+    message names the option that chose them."""
+    missing = tmp_path / "no-such-sam.safetensors"
+    running = Server(Models(Weights(sam=str(missing), lama="random", yolo="random", resnet="random")),
+                     max_upload_mb=UPLOAD_MB, max_pixels=MAX_PIXELS, cache_images=CACHE)
+    try:
+        status, _, body = call(running, "/api/segment", {"image": png(np.zeros((32, 48, 3), np.uint8)),
+                                                         "points": [[10, 10, 1]]})
+    finally:
+        running.stop()
+    assert status == 503, body
+    assert body["error"].startswith(f"--sam-weights {missing}:"), body

@@ -137,6 +137,8 @@ def test_brush_adds_to_and_removes_from_the_mask(page):
     page.mouse.up()
     added = page.evaluate("Number(overlay.dataset.maskArea)")
     assert added > 0
+    # the status line says what the selection is now, not the last click's count
+    assert page.locator("#status").text_content() == f"selected {added} pixels (brush added)"
     page.click("#mode-remove")
     page.mouse.move(box["x"] + 40, y)
     page.mouse.down()
@@ -144,4 +146,5 @@ def test_brush_adds_to_and_removes_from_the_mask(page):
     page.mouse.up()
     left = page.evaluate("Number(overlay.dataset.maskArea)")
     assert 0 < left < added
+    assert page.locator("#status").text_content() == f"selected {left} pixels (brush removed)"
     assert not page.locator("#erase").is_disabled()

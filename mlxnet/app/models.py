@@ -6,7 +6,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mlxnet.errors import MlxnetError
+
 DEFAULT_WEIGHTS = {"sam": "sam-tiny", "lama": "lama", "yolo": "yolov8n", "resnet": "resnet50"}
+
+
+class ModelUnavailable(MlxnetError):
+    """A model of the server's (or the command's) own configuration cannot be loaded: not the
+    request's fault (the app answers 503), and the message names the option that chose it."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,10 @@ class Models:
             if name not in self._loaded:
                 from mlxnet.commands.images import load_model
 
-                self._loaded[name] = load_model(make)
+                try:
+                    self._loaded[name] = load_model(make)
+                except MlxnetError as e:
+                    raise ModelUnavailable(f"--{name}-weights {getattr(self.weights, name)}: {e}") from None
             return self._loaded[name]
 
     def sam(self):

@@ -44,7 +44,7 @@ from mlxnet.errors import MlxnetError
 from mlxnet.image import decode_bytes
 
 from . import erasing, regions
-from .models import Models
+from .models import ModelUnavailable, Models
 
 STATIC = Path(__file__).parent / "static"
 
@@ -358,6 +358,8 @@ def endpoint(handler: Callable[[Request, "Service"], Any], service: "Service") -
             return await handler(request, service)
         except ApiError as e:
             return error(e.status, e.message)
+        except ModelUnavailable as e:  # the server's configured weights, not the request
+            return error(503, str(e))
         except MlxnetError as e:
             return error(400, str(e))
         except _TooLarge:  # raised while the form was read: the body passed the limit

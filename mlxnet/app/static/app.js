@@ -229,7 +229,10 @@ overlay.addEventListener("pointerup", (e) => {
     draw(); segment();
   } else if (state.mode === "everything") {
     pickRegion(here);
-  } else { composeMask(); draw(); }
+  } else {
+    composeMask(); draw();
+    setStatus(`selected ${maskArea()} pixels (${state.mode === "add" ? "brush added" : "brush removed"})`);
+  }
 });
 
 function boxOf(a, b) {
