@@ -15,7 +15,8 @@ from . import env
 from .errors import MlxnetError
 
 app = typer.Typer(
-    name="mlxnet", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    name="mlxnet", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+    context_settings={"max_content_width": 120},  # plain help, wrapped to the terminal up to 120 columns
     help="Neural networks on MLX: every op on every back end.",
 )
 _options = {"debug": False}

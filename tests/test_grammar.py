@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from mlxnet.cli import app
+from mlxnet.errors import MlxnetError
 
 runner = CliRunner()
 
@@ -106,12 +107,47 @@ def test_models_lists_every_registered_variant_with_task_and_source():
 
 @pytest.mark.parametrize("sources, output, one_file", [
     (["a.jpg"], "out.jpg", True), (["a.jpg"], "out.PNG", True), (["a.jpg"], "out", False),
-    (["a.jpg"], "out/", False), (["a.jpg", "b.jpg"], "out.jpg", False), (["photos/*.jpg"], "o.png", False),
+    (["a.jpg"], "out/", False), (["a.jpg", "b.jpg"], "out/", False), (["photos/*.jpg"], "o/", False),
+    (["a.jpg", "b.jpg"], "out.jpg", None), (["photos/*.jpg"], "o.png", None),  # None: refused
 ])
 def test_output_is_a_file_only_for_one_source_and_an_image_extension(sources, output, one_file):
     from mlxnet.commands.images import names_one_file
 
-    assert names_one_file(sources, output) == one_file
+    if one_file is None:
+        with pytest.raises(MlxnetError, match="names an image file; give a folder"):
+            names_one_file(sources, output)
+    else:
+        assert names_one_file(sources, output) == one_file
+
+
+def _command_paths(group, prefix=()):
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):  # a group (train, val)
+            yield from _command_paths(command, prefix + (name,))
+        else:
+            yield prefix + (name,)
+
+
+def test_every_help_page_fits_80_columns_with_whole_option_names():
+    """At 80 columns no line is wider, and every option's full name is on the page (a table of
+    columns cut names like --points-per-si…)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    paths = list(_command_paths(group))
+    assert ("segment",) in paths and ("val", "detect") in paths
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+        assert result.exit_code == 0, (path, result.output)
+        wide = [line for line in result.output.splitlines() if len(line) > 80]
+        assert not wide, (path, wide)
+        command = group
+        for name in path:
+            command = command.commands[name]
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--"):
+                    assert opt in result.output, (path, opt)
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +200,16 @@ def test_train_refuses_a_folder_that_holds_a_run(tmp_path):
     _check_outputs(TrainConfig(data="d", output=str(out), force=True), out)
     _check_outputs(TrainConfig(data="d", output=str(out), resume=True), out)
     assert (out / "model.safetensors").read_bytes() == b"x"  # checking writes nothing
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_models_keeps_every_hub_file_name_whole(columns):
+    import json
+
+    listed = runner.invoke(app, ["models", "--json"])
+    names = [json.loads(line)["weights"] for line in listed.output.splitlines()]
+    result = runner.invoke(app, ["models"], env={"COLUMNS": str(columns)}, terminal_width=columns)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert all(any(name in line for line in lines) for name in names)
+    assert all(len(line.rstrip()) <= columns for line in lines)

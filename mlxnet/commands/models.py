@@ -53,11 +53,20 @@ def models(
         for row in rows:
             print(json.dumps(row))
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption="-w takes the model id (its hub file), a local "
-                  "file or 'random'")
-    for heading in ("model", "task", "params", "input"):
+    console = Console()
+    caption = "-w takes the model id (its hub file), a local file or 'random'"
+    cells = [(r["model"], r["task"], f"{r['parameters'] / 1e6:.1f}M", r["input"], r["weights"]) for r in rows]
+    if max(len(r["weights"]) for r in rows) + 50 > console.width:
+        # Narrow terminal: each model's weights on a line of their own below it, so that no hub
+        # file name is split mid-word.
+        print(f"{'model':<12}{'task':<10}{'params':<8}{'input':<7}weights (below)")
+        for model, task, params, size, weights in cells:
+            print(f"{model:<12}{task:<10}{params:<8}{size}\n    {weights}")
+        print(caption)
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption=caption)
+    for heading in ("model", "task", "params", "input", "weights"):
         table.add_column(heading, no_wrap=True)
-    table.add_column("weights", overflow="fold")
-    for row in rows:
-        table.add_row(row["model"], row["task"], f"{row['parameters'] / 1e6:.1f}M", row["input"], row["weights"])
-    Console().print(table)
+    for row in cells:
+        table.add_row(*row)
+    console.print(table)

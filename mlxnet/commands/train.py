@@ -10,7 +10,7 @@ import typer
 
 from mlxnet.commands import grammar
 
-train = typer.Typer(name="train", no_args_is_help=True, help="Fine-tune a model on your own images.")
+train = typer.Typer(name="train", no_args_is_help=True, rich_markup_mode=None, help="Fine-tune a model on your own images.")
 
 
 @train.command("classify")

@@ -21,7 +21,7 @@ from mlxnet.commands.detect import detector_weights, imgsz_option
 from mlxnet.commands.val_classify import classify as _classify
 from mlxnet.errors import MlxnetError
 
-val = typer.Typer(name="val", no_args_is_help=True, help="Measure a model on your own labelled data.")
+val = typer.Typer(name="val", no_args_is_help=True, rich_markup_mode=None, help="Measure a model on your own labelled data.")
 val.command("classify")(_classify)
 
 
