@@ -460,3 +460,21 @@ def test_a_label_file_never_replaces_an_input(weights, tmp_path):
     assert out.returncode == 1 and out.stderr.strip() == (
         f"error: labels file {link} would overwrite the input {tmp_path / 'in' / 'a.jpg'}; choose another output folder")
     assert not (tmp_path / "out" / "a.jpg").exists()
+
+
+def test_a_second_save_crop_run_replaces_the_first_runs_crops(weights, tmp_path):
+    """Crops of an image from an earlier run into the same folder (another class, more of
+    them) are replaced by this run's, not left beside them; other images' crops stay."""
+    stale = [tmp_path / "out" / "crops" / "giraffe" / "bus.jpg", tmp_path / "out" / "crops" / "dog" / "bus_9.jpg"]
+    other = tmp_path / "out" / "crops" / "dog" / "zidane.jpg"
+    for path in [*stale, other]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ZIDANE, path)
+    out = cli("detect", FIXTURES / "bus.jpg", "-w", weights["yolo"], "-o", tmp_path / "out", *DETECT,
+              "--max-det", "3", "--classes", "dog", "--save-crop", "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = jsonl(out.stdout)
+    crops = tmp_path / "out" / "crops"
+    assert sorted(p.relative_to(crops).as_posix() for p in crops.rglob("bus*.jpg")) == \
+        sorted(Path(p).relative_to(crops).as_posix() for p in row["crops"])
+    assert not any(p.exists() for p in stale) and other.exists()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Sequence
 
@@ -205,6 +206,21 @@ class ExtraOutputs:
             ([f"{len(written['crops'])} crops"] if "crops" in written else [])
 
 
+def _remove_earlier_crops(crops: Path, key: Path, guard: Guard) -> None:
+    """Remove the crops an earlier run wrote for this image (``KEY.jpg``, ``KEY_N.jpg`` in any
+    class folder), so that the folder holds this run's detections only, not a mix of both."""
+    if not crops.is_dir():
+        return
+    pattern = re.compile(re.escape(key.name) + r"(_\d+)?\.jpg")
+    for folder in crops.iterdir():
+        place = folder / key.parent
+        if not place.is_dir():
+            continue
+        for old in place.glob(f"{glob_escape(key.name)}*.jpg"):
+            if pattern.fullmatch(old.name) and file_id(old) not in guard.inputs:  # never an input of this run
+                old.unlink()
+
+
 def write_extras(extra: Extras, base: Path, image: np.ndarray, det, save_conf: bool, guard: Guard,
                  source: Path | None = None) -> dict:
     """Write one image's labels and crops (JPEG at ``source``'s quality, the image's file);
@@ -217,6 +233,7 @@ def write_extras(extra: Extras, base: Path, image: np.ndarray, det, save_conf: b
         atomic_write_bytes(extra.labels, label_lines(det, width, height, save_conf).encode())
         record["labels"] = str(extra.labels)
     if extra.crops_key is not None:
+        _remove_earlier_crops(base / "crops", extra.crops_key, guard)
         written: list[str] = []
         count: dict[str, int] = {}
         for box, cls in zip(det.boxes, det.classes):
