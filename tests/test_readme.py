@@ -268,9 +268,11 @@ def test_quick_start_installs_no_test_extras_and_the_test_command_does():
     test_block = re.findall(r"```bash\n(.*?)```", README, re.S)[1]
     assert 'pip install -e ".[test]"' in test_block and "python -m pytest" in test_block
     pinned = next(d for d in project["optional-dependencies"]["test"] if d.startswith("torch"))
-    cpu_wheel = re.search(r"`(pip install (torch\S*) --index-url https://download\.pytorch\.org/whl/cpu)`", README)
-    assert cpu_wheel, "the README says how to get PyTorch's CPU wheel"
+    cpu_wheel = re.search(r"(pip install (torch\S*) --index-url https://download\.pytorch\.org/whl/cpu)", test_block)
+    assert cpu_wheel, "the test command installs PyTorch's CPU wheel"
     assert cpu_wheel.group(2) == pinned, f"README installs {cpu_wheel.group(2)}, the test extra pins {pinned}"
+    # before the extra, which would otherwise pull the default (on Linux: CUDA) wheel
+    assert test_block.index(cpu_wheel.group(1)) < test_block.index('pip install -e ".[test]"')
 
 
 def test_first_command_offline_is_one_line_and_the_documented_alternative_runs(tmp_path):
