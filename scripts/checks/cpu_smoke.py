@@ -58,6 +58,24 @@ def main() -> int:
     for name, (args, kwargs) in cases.items():
         _close(ops.get(name).dispatch(*args, **kwargs), ops.get(name).definition(*args, **kwargs), name)
     print(f"CPU primitives against their definitions ({', '.join(cases)}): ok")
+    # A training step's CPU gradients: the BatchNorm + SiLU primitive pair, a conv's GEMM
+    # backward with col2im (stride 2) and with the flipped-kernel conv (stride 1).
+    xb = mx.random.normal((4, 9, 11, 37), key=mx.random.key(4)) * 2 + 1
+    wb, bb = mx.random.uniform(0.5, 1.5, (37,), key=mx.random.key(5)), mx.random.normal((37,), key=mx.random.key(6))
+    probe = mx.random.normal(xb.shape, key=mx.random.key(7))
+    norm = ops.get("batch_norm_train")
+    grads = [mx.grad(lambda *a: (f(*a, activation="silu")[0] * probe).sum(), (0, 1, 2))(xb, wb, bb)
+             for f in (norm.dispatch, norm.definition)]
+    for g, r in zip(*grads):
+        _close(g, r, "batch_norm_train gradient")
+    xc, wc = mx.random.normal((2, 13, 12, 8), key=mx.random.key(8)), mx.random.normal((16, 3, 3, 8), key=mx.random.key(9))
+    for stride in (1, 2):
+        probe = mx.random.normal(mx.conv2d(xc, wc, stride=stride, padding=1).shape, key=mx.random.key(10))
+        grads = [mx.grad(lambda x, w: (f(x, w, stride=stride, padding=1) * probe).sum(), (0, 1))(xc, wc)
+                 for f in (ops.conv2d, mx.conv2d)]
+        for g, r in zip(*grads):
+            _close(g, r, f"conv2d gradient (stride {stride})")
+    print("training gradients (batch_norm_train, conv2d) against the definitions: ok")
     # In this process (a child process would not run under the emulator).
     check = CliRunner().invoke(app, ["check", "resnet18", "--size", "64"])
     print(check.output.strip().splitlines()[-1] if check.output.strip() else check.exception)
