@@ -61,6 +61,7 @@ def launch(*args, ranks: int = 2, check: bool = True) -> subprocess.CompletedPro
     return done
 
 
+@pytest.mark.slow  # two processes, two runs and a resume: 20 s on 2 cores (the detector's two-rank test stays)
 def test_two_ranks_take_one_process_steps_and_resume_to_its_result(tmp_path):
     folder = make_folder(tmp_path / "data", {"a": (200, 40, 40), "b": (40, 60, 200), "c": (40, 200, 60)}, 4)
     # 12 images, 3 steps of 4 per epoch; the cosine schedule spans both epochs.

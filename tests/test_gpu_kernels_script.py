@@ -57,6 +57,7 @@ def test_without_cuda_one_line_and_exit_2():
     assert len(result.stderr.strip().splitlines()) == 1 and "--dry-run" in result.stderr
 
 
+@pytest.mark.slow  # several child processes of the benchmark script: 16 s on 2 cores
 def test_dry_run_rows_json_table_and_a_failed_side(tmp_path):
     out = tmp_path / "report.json"
     result = _run("--dry-run", "--rows", "resnet18:1:float32", "--sides", "mlxnet,mlxnet-low,mlxnet-min,eager,compile,compile-ro",

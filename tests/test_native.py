@@ -579,19 +579,29 @@ def test_without_the_primitives_the_composed_paths_run(tmp_path):
     assert not list((tmp_path / "cache" / "mlxnet" / "native").glob("*/*.so"))  # nothing half-built is kept
 
 
-def test_the_build_is_cached_per_machine(tmp_path):
-    (none, diff, why), _ = _probe(tmp_path)
+@pytest.fixture(scope="module")
+def fresh_build(tmp_path_factory) -> tuple[Path, str]:
+    """A first build into an empty cache (a folder of its own), and what it reported."""
+    home = tmp_path_factory.mktemp("native-home")
+    (none, diff, why), _ = _probe(home)
     assert none == "False" and float(diff) < 1e-4 and why.startswith("on (")
-    built = list((tmp_path / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*.so"))
+    return home, why
+
+
+def test_the_build_is_cached_per_machine(fresh_build):
+    home, why = fresh_build
+    built = list((home / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*.so"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
-    (none, _, why_again), _ = _probe(tmp_path)
+    (none, _, why_again), _ = _probe(home)
     assert none == "False" and why_again == why and built[0].stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("damage", ["truncate", "empty"])
-def test_a_damaged_cached_build_is_rebuilt_with_a_note(tmp_path, damage):
-    (none, _, why), _ = _probe(tmp_path)
+# Each case is a full rebuild (half a minute on 2 cores): the truncated file runs with the slow tests.
+@pytest.mark.parametrize("damage", [pytest.param("truncate", marks=pytest.mark.slow), "empty"])
+def test_a_damaged_cached_build_is_rebuilt_with_a_note(fresh_build, tmp_path, damage):
+    shutil.copytree(fresh_build[0] / "cache", tmp_path / "cache")  # the first build, not a second one
+    why = fresh_build[1].replace(str(fresh_build[0]), str(tmp_path))
     (built,) = (tmp_path / "cache" / "mlxnet" / "native").glob("*/mlxnet_cpu_ops*.so")
     data = built.read_bytes()
     built.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"")
