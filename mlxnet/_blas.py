@@ -60,8 +60,8 @@ def _address(handle: ctypes.CDLL, name: str) -> int | None:
 # How long OpenBLAS's worker threads spin after a GEMM before they sleep, as log2 of CPU cycles
 # (OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when it loads; its default, 28, spins ~0.1 s). A
 # spinning worker holds a core that mlxnet's CPU primitives and MLX's own ops, which run
-# between the GEMMs, need: a yolov8n training step at 192² took 0.81 s with the default, 0.67 s
-# with 16 (about 20 µs), on 2 cores.
+# between the GEMMs, need (docs/train-detect.md measures a training step either way); 16 is
+# about 20 µs, enough for back-to-back GEMMs.
 THREAD_TIMEOUT = "16"
 
 
