@@ -118,6 +118,7 @@ def test_the_dfl_bins_are_fixed_at_0_to_15_in_every_yolo():
         assert np.array_equal(np.array(net.model[22].dfl.bin_values()), np.arange(16, dtype=np.float32))
 
 
+@pytest.mark.slow  # builds every variant of every family (9 s on 2 cores)
 def test_fixed_parameters_survive_build_in_every_family():
     """A constant of the architecture that build() re-drew would make build()'s output unrunnable;
     every declared one is as constructed (the families' own audit: only YOLOv8's DFL so far)."""

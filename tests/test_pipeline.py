@@ -253,7 +253,8 @@ def test_detect_on_cuda_compiles_no_gpu_code_unless_told(monkeypatch, tmp_path):
     assert _switches(monkeypatch, tmp_path / "third", "--device", "gpu") == []
 
 
-@pytest.mark.parametrize("command", ["classify", "segment", "inpaint"])
+# segment's case runs SAM's definitions twice (11 s on 2 cores): with the slow tests.
+@pytest.mark.parametrize("command", ["classify", pytest.param("segment", marks=pytest.mark.slow), "inpaint"])
 def test_every_image_command_compiles_no_gpu_code_on_cuda(monkeypatch, tmp_path, command):
     """The choice lives in the shared pipeline: each image command makes it where the back end is
     CUDA (stood in for here), and none where it is not."""

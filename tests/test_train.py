@@ -132,6 +132,7 @@ def _params(path: Path) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in mx.load(str(path)).items()}
 
 
+@pytest.mark.slow  # two runs and a SIGKILL (9 s on 2 cores); train detect's resume test stays in the default run
 def test_a_killed_run_resumes_to_the_uninterrupted_result(folder, tmp_path):
     args = ["train", "classify", folder, *TINY, "--epochs", "3", "--val-split", "0", "--optimizer", "adamw", "--lr", "1e-4"]
     run(*args, "-o", tmp_path / "whole")
