@@ -68,3 +68,16 @@ def test_detect_writes_its_jpeg_at_the_inputs_quality(tmp_path):
     result = runner.invoke(app, ["detect", src, "-w", "random", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert _tables(out) == _tables(src)
+
+
+@pytest.mark.parametrize("mode", ["L", "CMYK"])
+def test_a_colour_output_from_a_grey_or_cmyk_jpeg_is_written(tmp_path, mode):
+    """The source's tables are for its own channels; the annotated output is RGB either way."""
+    src = tmp_path / f"in-{mode}.jpg"
+    shape = (40, 56) if mode == "L" else (40, 56, 4)
+    Image.fromarray(np.random.default_rng(2).integers(0, 255, shape, dtype=np.uint8), mode).save(src, quality=85)
+    pixels = np.linspace(0, 255, 40 * 56 * 3).reshape(40, 56, 3).astype(np.uint8)  # smooth: JPEG keeps it
+    out = save_image(pixels, tmp_path / "out.jpg", source=src)
+    with Image.open(out) as written:
+        assert written.mode == "RGB" and written.size == (56, 40)
+        assert np.abs(np.asarray(written).astype(int) - pixels).mean() < 8  # a JPEG of these pixels
