@@ -197,6 +197,8 @@ def test_convert_reads_the_variant_from_the_checkpoint_without_model(tmp_path):
     assert "(model yolov8s)" in result.output
     det = yolo.YOLO.from_pretrained(out)
     assert det.net.scale == "s" and det.names == tuple(meta()["names"])
+    again = CliRunner().invoke(app, ["convert", str(custom), str(out)])  # refused before the file is read
+    assert again.exit_code != 0 and "exists; pass --force" in str(again.exception)
     bare = tmp_path / "bare.safetensors"
     from safetensors.numpy import save_file
     save_file({"w": np.zeros((2, 2), np.float32)}, str(bare))

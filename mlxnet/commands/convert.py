@@ -32,8 +32,8 @@ def convert(
 ) -> None:
     """Convert a PyTorch checkpoint into mlxnet safetensors (SOURCE is never modified)."""
     grammar.apply_device(device)
-    from mlxnet.weights import convert_checkpoint, load_safetensors, read_labels
-    from mlxnet.weights.convert import identify
+    from mlxnet.weights import convert_checkpoint, read_labels
+    from mlxnet.weights.safetensors_io import load_safetensors_with_metadata
 
     if dst.lower().endswith(".pt"):
         from mlxnet.weights.ultralytics_export import write_ultralytics_checkpoint
@@ -41,10 +41,10 @@ def convert(
         out = write_ultralytics_checkpoint(src, dst, force=force)
         Console().print(f"wrote {out} (ultralytics: YOLO({str(out)!r}))", soft_wrap=True)
         return
-    if model is None:  # what the checkpoint says it holds
-        model = identify(src)
     names = read_labels(labels) if labels else None
+    # without --model: the model the checkpoint says it holds
     out = convert_checkpoint(src, dst, model, dtype=dtype, fold_bn=fold_bn, force=force, names=names)
-    weights = load_safetensors(out)
+    weights, metadata = load_safetensors_with_metadata(out)
     size = sum(v.nbytes for v in weights.values())
-    Console().print(f"wrote {out}: {len(weights)} tensors, {size / 2**20:.1f} MiB (model {model})", soft_wrap=True)
+    Console().print(f"wrote {out}: {len(weights)} tensors, {size / 2**20:.1f} MiB (model {metadata['model']})",
+                    soft_wrap=True)

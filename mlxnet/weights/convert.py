@@ -150,11 +150,10 @@ def load_variant(source: str | os.PathLike, variants: Sequence[str], *, model: s
     return load_model(ckpt, found.variant, dtype=dtype, found=found)
 
 
-def identify(src: str | os.PathLike) -> str:
+def identify(ckpt: Checkpoint) -> str:
     """The model id a checkpoint says it holds (mlxnet's metadata, an ultralytics model's yaml,
     a LaMa generator's blocks...): what each family's ``describe`` reads from it, the first
     that names a variant; else a one-line error asking for the model."""
-    ckpt = open_checkpoint(src)
     tried = set()
     for spec_id in list_specs():
         describe = get_spec(spec_id).describe or describe_from_metadata
@@ -171,20 +170,29 @@ def identify(src: str | os.PathLike) -> str:
                       "(`mlxnet models` lists the ids)")
 
 
-def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: WeightSpec | str, *,
+def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, spec: WeightSpec | str | None, *,
                        dtype: DTypeLike = "float32", fold_bn: bool = False, force: bool = False,
                        names: Sequence[str] | None = None) -> Path:
     """``mlxnet convert``: SRC (file or model id) -> DST safetensors in mlxnet layout, written
     atomically; SRC is only read, DST is overwritten only with ``force``. Floats are written as
     ``dtype`` (float32 unless told otherwise, whatever the checkpoint stores). The variant,
-    configuration and class names (``names``, else the checkpoint's own) go into the metadata."""
-    spec, dtype = get_spec(spec), as_dtype(dtype)
-    if fold_bn and not spec.fold_bn:  # fail before reading a large checkpoint
-        fold_batchnorm({}, spec)
-    src_path = None if is_random(src) else resolve_weights(src, ids=(spec.id,))
+    configuration and class names (``names``, else the checkpoint's own) go into the metadata.
+    ``spec`` None: the model the checkpoint says it holds (:func:`identify`)."""
+    dtype = as_dtype(dtype)
+    if spec is not None:
+        spec = get_spec(spec)
+        if fold_bn and not spec.fold_bn:  # fail before reading a large checkpoint
+            fold_batchnorm({}, spec)
+    src_path = None if is_random(src) else resolve_weights(src, ids=(spec.id,) if spec is not None else None)
     inputs = [src_path] if src_path is not None else []
     dst = check_output_path(dst, inputs, force=force, kind="file")  # before reading a large checkpoint
-    ckpt = open_checkpoint(src_path or src, spec.checkpoint_key, spec=spec)
+    if spec is None:  # the file is read once: for what it holds, then converted
+        ckpt = open_checkpoint(src_path or src)
+        spec = get_spec(identify(ckpt))
+        if fold_bn and not spec.fold_bn:
+            fold_batchnorm({}, spec)
+    else:
+        ckpt = open_checkpoint(src_path or src, spec.checkpoint_key, spec=spec)
     with reading(ckpt.path, "checkpoint"):
         found = describe(ckpt, spec)
         if ckpt.converted and ckpt.metadata.get("fold_bn", "0") != str(int(fold_bn)):
