@@ -145,7 +145,7 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
             raise MlxnetError(f"{ckpt.path}: its yaml says {key}={said[key]!r} but its tensors are for {key}={value!r}")
     names = names_of(names, str(ckpt.path)) if names is not None else None
     if names is not None and len(names) != nc:
-        raise MlxnetError(f"{ckpt.path}: {len(names)} class names for a {nc}-class model")
+        raise MlxnetError(f"{ckpt.path}: {count_mismatch(names, nc)}")
     return Description(f"{family}{scale}", {"nc": nc}, names)
 
 
