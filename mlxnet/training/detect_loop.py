@@ -384,16 +384,21 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     compiled = compile_training()
     opt = O.GroupedOptimizer(choice.name, master, lr=choice.lr, momentum=choice.momentum, weight_decay=weight_decay,
                              compiled=compiled)
+    # The weights, their gradients, the optimizer's and the EMA's state live packed in vectors
+    # (opt.layout): a few kernels per step instead of hundreds.
+    layout = opt.layout
+    weights = layout.pack(master)
     ema = O.EMA(dict(tree_flatten(net.parameters())), compiled=compiled)
-    pending: dict[str, mx.array] | None = None
+    pending: mx.array | None = None
     progress = _Progress()
     rows: list[EpochRow] = []
     if state is not None:
-        opt.state.update(state[2])
+        opt.load_state(state[2])
         ema = O.EMA(state[1], updates=state[4], compiled=compiled)
-        pending, progress = state[3], state[5]
+        pending = None if state[3] is None else layout.pack(state[3])
+        progress = state[5]
         rows = _read_results(out)[:progress.epoch]
-    mx.eval(net.parameters(), opt.state, ema.arrays)
+    mx.eval(net.parameters(), weights, opt.flat_state, ema.flat)
     settings = cfg.loss
     hw = (cfg.imgsz, cfg.imgsz)
     warmup = O.warmup_iterations(cfg.warmup_epochs, cfg.epochs, nb)
@@ -438,15 +443,14 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                               epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
                                               warmup_momentum=cfg.warmup_momentum,
                                               warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
-                net.update(tree_unflatten(list((master if dtype == mx.float32 else
-                                                {k: v.astype(dtype) for k, v in master.items()}).items())))
+                net.update(tree_unflatten(list(layout.unpack(weights if dtype == mx.float32 else weights.astype(dtype), keep_dtype=False).items())))
                 targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                 images = mx.array(b.images).astype(dtype) / 255
                 parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
                 if world > 1:  # each process's gradient is its share's: their sum is the batch's
                     grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
-                grads = {k: g.astype(mx.float32) for k, g in tree_flatten(grads)}
-                pending = grads if pending is None else {k: pending[k] + g for k, g in grads.items()}
+                packed = layout.pack(dict(tree_flatten(grads)))
+                pending = packed if pending is None else pending + packed
                 mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
                 values = np.array(parts.astype(mx.float32))
                 if not np.isfinite(values).all():
@@ -461,10 +465,10 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                 if ni - progress.last_opt_step >= step_settings.accumulate:
                     opt.lr.update(step_settings.lr)
                     opt.momentum.update(step_settings.momentum)
-                    master = opt.step(master, O.clip_by_global_norm(pending))
-                    net.update(tree_unflatten(list(master.items())))
+                    weights = opt.step_flat(weights, O.clip_flat(pending))
+                    net.update(tree_unflatten(list(layout.unpack(weights).items())))
                     ema.update(dict(tree_flatten(net.parameters())))
-                    mx.eval(master, opt.state, ema.arrays)
+                    mx.eval(weights, opt.flat_state, ema.flat)
                     pending, progress.last_opt_step = None, ni
                 mean = sums / (i + 1)
                 bar.advance(f"box {mean[0]:.4g}  cls {mean[1]:.4g}  dfl {mean[2]:.4g}  "
@@ -495,7 +499,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
         if best:
             _save_weights(out / "weights/best.safetensors", ema.arrays, variant, names, cfg.data)
         _write_results(out, rows)
-        _save_state(out / "state.safetensors", model_arrays, ema, opt, pending, progress, run)
+        _save_state(out / "state.safetensors", model_arrays, ema, opt,
+                    None if pending is None else layout.unpack(pending, keep_dtype=False), progress, run)
     if rows:
         log(f"wrote {out / 'weights/best.safetensors'} (mlxnet detect --weights {out / 'weights/best.safetensors'})")
     return rows

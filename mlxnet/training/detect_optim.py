@@ -63,56 +63,107 @@ def choose(name: str, *, lr: float, momentum: float, warmup_bias_lr: float, nc: 
                   f"and {iterations} iterations (--lr is ignored; pass --optimizer sgd or adamw to set it)")
 
 
+class FlatLayout:
+    """Where each named array lives in one flat float32 vector: the optimizer, the EMA and the
+    gradient accumulation work on that vector, a few kernels per step instead of a dozen per
+    parameter (hundreds of launches, most of an eager GPU step's overhead). Unpacked arrays are
+    reshaped slices of the vector, views that share its memory."""
+
+    def __init__(self, arrays: Mapping[str, mx.array]) -> None:
+        self.keys = list(arrays)
+        self.shapes = {k: tuple(arrays[k].shape) for k in self.keys}
+        self.dtypes = {k: arrays[k].dtype for k in self.keys}
+        sizes = [math.prod(self.shapes[k]) for k in self.keys]
+        self.offsets = dict(zip(self.keys, np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()))
+        self.sizes = dict(zip(self.keys, sizes))
+        self.size = int(sum(sizes))
+
+    def pack(self, arrays: Mapping[str, mx.array]) -> mx.array:
+        flat = mx.concatenate([arrays[k].reshape(-1) for k in self.keys])
+        return flat if flat.dtype == mx.float32 else flat.astype(mx.float32)
+
+    def unpack(self, flat: mx.array, *, keep_dtype: bool = True) -> dict[str, mx.array]:
+        out = {}
+        for k in self.keys:
+            o = self.offsets[k]
+            a = flat[o:o + self.sizes[k]].reshape(self.shapes[k])
+            out[k] = a.astype(self.dtypes[k]) if keep_dtype and a.dtype != self.dtypes[k] else a
+        return out
+
+
+
 class GroupedOptimizer:
     """PyTorch's SGD (Nesterov) or AdamW over flat ``{key: array}`` parameters, with a learning
     rate, momentum and weight decay per group (:data:`GROUPS`), set by the trainer every step.
-    ``compiled``: the update runs as one compiled function (the hyperparameters enter as arrays,
-    so changing them does not trace it again)."""
+    The update runs on the parameters packed into one vector (:class:`FlatLayout`);
+    ``compiled``: as one compiled function (the hyperparameters enter as arrays, so changing
+    them does not trace it again)."""
 
     def __init__(self, name: str, params: Mapping[str, mx.array], *, lr: float, momentum: float,
                  weight_decay: float, compiled: bool = False) -> None:
         self.name = name
-        self.keys = list(params)
-        self.group_index = {k: GROUPS.index(group_of(k)) for k in params}
+        # Ordered by group, so that each group is one contiguous segment of the vector
+        self.layout = FlatLayout({k: params[k] for g in GROUPS for k in params if group_of(k) == g})
+        ends = np.cumsum([sum(self.layout.sizes[k] for k in self.layout.keys if group_of(k) == g) for g in GROUPS])
+        self.segments = list(zip([0, *ends[:-1].tolist()], ends.tolist()))
         self.lr = dict.fromkeys(GROUPS, lr)
         self.momentum = dict.fromkeys(GROUPS, momentum)
         self.decay = {"weight": weight_decay, "bn": 0.0, "bias": 0.0}
-        self.state: dict[str, mx.array] = {"step": mx.array(0, mx.int32)}
-        for k, p in params.items():
-            if name == "sgd":
-                self.state[f"buf.{k}"] = mx.zeros_like(p)
-            else:
-                self.state[f"m.{k}"] = mx.zeros_like(p)
-                self.state[f"v.{k}"] = mx.zeros_like(p)
+        zeros = mx.zeros((self.layout.size,), mx.float32)
+        self.flat_state = {"step": mx.array(0, mx.int32)}
+        self.flat_state.update({"buf": zeros} if name == "sgd" else {"m": zeros, "v": zeros})
         self._update = mx.compile(self._pure_update) if compiled else self._pure_update
 
-    def step(self, params: dict[str, mx.array], grads: Mapping[str, mx.array]) -> dict[str, mx.array]:
-        """The parameters after one step (lazy; evaluate them with :attr:`state`)."""
-        hyper = mx.array([[self.lr[g], self.momentum[g], self.decay[g]] for g in GROUPS], mx.float32)
-        out, self.state = self._update(params, dict(grads), self.state, hyper)
+    @property
+    def state(self) -> dict[str, mx.array]:
+        """The optimizer's state by parameter (``step``, ``buf.KEY`` or ``m.KEY`` and ``v.KEY``), as
+        a training state file stores it."""
+        out = {"step": self.flat_state["step"]}
+        for name, flat in self.flat_state.items():
+            if name != "step":
+                out.update({f"{name}.{k}": v for k, v in self.layout.unpack(flat, keep_dtype=False).items()})
         return out
 
-    def _pure_update(self, params: dict, grads: dict, state: dict, hyper: mx.array) -> tuple[dict, dict]:
+    def load_state(self, state: Mapping[str, mx.array]) -> None:
+        """Restore :attr:`state` (a resumed run's)."""
+        for name in self.flat_state:
+            self.flat_state[name] = (state["step"] if name == "step" else
+                                     self.layout.pack({k: state[f"{name}.{k}"] for k in self.layout.keys}))
+
+    def step(self, params: Mapping[str, mx.array], grads: Mapping[str, mx.array]) -> dict[str, mx.array]:
+        """The parameters after one step (lazy; evaluate them with :attr:`state`)."""
+        return self.layout.unpack(self.step_flat(self.layout.pack(params), self.layout.pack(grads)))
+
+    def step_flat(self, params: mx.array, grads: mx.array) -> mx.array:
+        """:meth:`step` on packed vectors (``self.layout``)."""
+        hyper = mx.array([[self.lr[g], self.momentum[g], self.decay[g]] for g in GROUPS], mx.float32)
+        out, self.flat_state = self._update(params, grads, self.flat_state, hyper)
+        return out
+
+    def _pure_update(self, p: mx.array, g: mx.array, state: dict, hyper: mx.array) -> tuple[mx.array, dict]:
         step = state["step"] + 1
-        new_state, out = {"step": step}, {}
+        buffers = [k for k in state if k != "step"]
+        parts: list[tuple[mx.array, ...]] = []
+        for i, (a, b) in enumerate(self.segments):  # each group with its scalar settings
+            lr, mom, wd = hyper[i, 0], hyper[i, 1], hyper[i, 2]
+            parts.append(self._rule(p[a:b], g[a:b], *(state[k][a:b] for k in buffers), lr=lr, mom=mom, wd=wd,
+                                    step=step))
+        joined = [mx.concatenate(column) for column in zip(*parts)]
+        return joined[0], {"step": step, **dict(zip(buffers, joined[1:]))}
+
+    def _rule(self, p: mx.array, g: mx.array, *buffers: mx.array, lr: mx.array, mom: mx.array, wd: mx.array,
+              step: mx.array) -> tuple[mx.array, ...]:
+        if self.name == "sgd":
+            g = g + wd * p
+            buf = mom * buffers[0] + g  # the first step's buffer is g itself, as PyTorch's
+            return p - lr * (g + mom * buf), buf
         t = step.astype(mx.float32)
-        for k in self.keys:
-            p, g = params[k], grads[k]
-            lr, mom, wd = (hyper[self.group_index[k], i] for i in range(3))
-            if self.name == "sgd":
-                g = g + wd * p
-                buf = mom * state[f"buf.{k}"] + g  # the first step's buffer is g itself, as PyTorch's
-                new_state[f"buf.{k}"] = buf
-                out[k] = p - lr * (g + mom * buf)
-            else:
-                b1, b2, eps = mom, 0.999, 1e-8
-                p = p * (1 - lr * wd)
-                m = b1 * state[f"m.{k}"] + (1 - b1) * g
-                v = b2 * state[f"v.{k}"] + (1 - b2) * g * g
-                new_state[f"m.{k}"], new_state[f"v.{k}"] = m, v
-                denom = mx.sqrt(v) / mx.sqrt(1 - b2 ** t) + eps
-                out[k] = p - (lr / (1 - b1 ** t)) * m / denom
-        return out, new_state
+        b1, b2, eps = mom, 0.999, 1e-8
+        p = p * (1 - lr * wd)
+        m = b1 * buffers[0] + (1 - b1) * g
+        v = b2 * buffers[1] + (1 - b2) * g * g
+        denom = mx.sqrt(v) / mx.sqrt(1 - b2 ** t) + eps
+        return p - (lr / (1 - b1 ** t)) * m / denom, m, v
 
 
 def clip_by_global_norm(grads: Mapping[str, mx.array], max_norm: float = MAX_GRAD_NORM) -> dict[str, mx.array]:
@@ -120,6 +171,12 @@ def clip_by_global_norm(grads: Mapping[str, mx.array], max_norm: float = MAX_GRA
     norm = mx.sqrt(sum(mx.sum(mx.square(g.astype(mx.float32))) for g in grads.values()))
     scale = mx.minimum(max_norm / (norm + 1e-6), 1.0)
     return {k: g * scale for k, g in grads.items()}
+
+
+def clip_flat(grads: mx.array, max_norm: float = MAX_GRAD_NORM) -> mx.array:
+    """:func:`clip_by_global_norm` on a packed gradient vector."""
+    norm = mx.sqrt(mx.sum(mx.square(grads)))
+    return grads * mx.minimum(max_norm / (norm + 1e-6), 1.0)
 
 
 def lr_factor(epoch: int, epochs: int, lrf: float) -> float:
@@ -157,21 +214,28 @@ def settings_at(ni: int, epoch: int, *, warmup: int, accumulate: int, lr0: float
 
 
 class EMA:
-    """ultralytics' ModelEMA over flat float arrays (parameters and BatchNorm statistics)."""
+    """ultralytics' ModelEMA over named float arrays (parameters and BatchNorm statistics), kept
+    packed in one vector (:class:`FlatLayout`)."""
 
     def __init__(self, arrays: Mapping[str, mx.array], updates: int = 0, decay: float = 0.9999,
                  tau: float = 2000.0, compiled: bool = False) -> None:
-        self.arrays = {k: mx.array(v) for k, v in arrays.items()}
+        self.layout = FlatLayout(arrays)
+        self.flat = self.layout.pack(arrays)
         self.updates, self.max_decay, self.tau = updates, decay, tau
         self._blend = mx.compile(_blend) if compiled else _blend
+
+    @property
+    def arrays(self) -> dict[str, mx.array]:
+        """The averaged arrays by name, in their own dtypes."""
+        return self.layout.unpack(self.flat)
 
     def decay(self) -> float:
         return self.max_decay * (1 - math.exp(-self.updates / self.tau))
 
     def update(self, arrays: Mapping[str, mx.array]) -> None:
         self.updates += 1
-        self.arrays = self._blend(self.arrays, {k: arrays[k] for k in self.arrays}, mx.array(self.decay(), mx.float32))
+        self.flat = self._blend(self.flat, self.layout.pack(arrays), mx.array(self.decay(), mx.float32))
 
 
-def _blend(ema: dict, model: dict, d: mx.array) -> dict:
-    return {k: (d * v + (1 - d) * model[k].astype(v.dtype)).astype(v.dtype) for k, v in ema.items()}
+def _blend(ema: mx.array, model: mx.array, d: mx.array) -> mx.array:
+    return d * ema + (1 - d) * model
