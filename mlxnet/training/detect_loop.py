@@ -25,7 +25,7 @@ import io
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,6 +46,7 @@ from . import detect_optim as O
 from .data import epoch_order
 from .loop import running_statistics
 from .detection_loss import LossSettings, Targets, detection_loss
+from .writer import BackgroundWriter
 
 PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 OPTIMIZERS = ("auto", "sgd", "adamw")
@@ -279,14 +280,14 @@ class _Progress:
     best_fitness: float = -1.0
 
 
-def _save_state(path: Path, model: dict, ema: O.EMA, opt: O.GroupedOptimizer, pending: dict | None,
+def _save_state(path: Path, model: dict, ema: dict, ema_updates: int, optimizer: dict, pending: dict | None,
                 progress: _Progress, run: dict) -> None:
     arrays = {f"model.{k}": v for k, v in model.items()}
-    arrays.update({f"ema.{k}": v for k, v in ema.arrays.items()})
-    arrays.update({f"optimizer.{k}": v for k, v in opt.state.items()})
+    arrays.update({f"ema.{k}": v for k, v in ema.items()})
+    arrays.update({f"optimizer.{k}": v for k, v in optimizer.items()})
     if pending is not None:
         arrays.update({f"pending.{k}": v for k, v in pending.items()})
-    meta = {"format": STATE_FORMAT, "run": json.dumps(run), "ema_updates": str(ema.updates),
+    meta = {"format": STATE_FORMAT, "run": json.dumps(run), "ema_updates": str(ema_updates),
             "progress": json.dumps(asdict(progress))}
     save_safetensors(path, arrays, metadata=meta)
 
@@ -419,88 +420,98 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     # results.csv's time, as ultralytics counts it: wall seconds since training began (each
     # epoch's saving and plotting in the next epoch's), continued from the rows of a resumed run.
     began, before = time.perf_counter(), (rows[-1].elapsed if rows else 0.0)
-    while progress.epoch < cfg.epochs:
-        epoch = progress.epoch
-        mosaic = epoch < cfg.epochs - cfg.close_mosaic
-        order = epoch_order(n, cfg.seed, epoch)
-        groups = [order[i:i + batch] for i in range(0, n, batch)]
-        if cfg.max_steps is not None:
-            groups = groups[:max(0, cfg.max_steps - steps_done)]
-        if not groups:
-            break
-        net.train()
-        start, waited, seen = time.perf_counter(), 0.0, 0
-        sums = np.zeros(3)
-        step_settings = None
-        mine = [np.array_split(g, world)[distributed.rank()] for g in groups]
-        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True,
-                          quiet=not main) as bar:
-            for i, b in enumerate(D.batches(train_set, train_labels, mine, imgsz=cfg.imgsz, seed=cfg.seed,
-                                            epoch=epoch, mosaic=mosaic, workers=cfg.workers)):
-                waited += b.wait_seconds
-                ni = i + nb * epoch
-                step_settings = O.settings_at(ni, epoch, warmup=warmup, accumulate=nominal, lr0=choice.lr,
-                                              epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
-                                              warmup_momentum=cfg.warmup_momentum,
-                                              warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
-                net.update(tree_unflatten(list(layout.unpack(weights if dtype == mx.float32 else weights.astype(dtype), keep_dtype=False).items())))
-                targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
-                images = mx.array(b.images).astype(dtype) / 255
-                parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
-                if world > 1:  # each process's gradient is its share's: their sum is the batch's
-                    grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
-                packed = layout.pack(dict(tree_flatten(grads)))
-                pending = packed if pending is None else pending + packed
-                mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
-                values = np.array(parts.astype(mx.float32))
-                if not np.isfinite(values).all():
-                    files = ", ".join(str(p) for p in b.paths)
-                    share = " (this process's share)" if world > 1 else ""
-                    raise MlxnetError(f"the loss is not finite at epoch {epoch + 1}, batch {i + 1} "
-                                      f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images{share}: "
-                                      f"{files}. Nothing of this epoch was written; {out / 'weights/best.safetensors'} "
-                                      "is untouched")
-                sums += values
-                seen += len(groups[i])
-                if ni - progress.last_opt_step >= step_settings.accumulate:
-                    opt.lr.update(step_settings.lr)
-                    opt.momentum.update(step_settings.momentum)
-                    weights = opt.step_flat(weights, O.clip_flat(pending))
-                    net.update(tree_unflatten(list(layout.unpack(weights).items())))
-                    ema.update(dict(tree_flatten(net.parameters())))
-                    mx.eval(weights, opt.flat_state, ema.flat)
-                    pending, progress.last_opt_step = None, ni
-                mean = sums / (i + 1)
-                bar.advance(f"box {mean[0]:.4g}  cls {mean[1]:.4g}  dfl {mean[2]:.4g}  "
-                            f"{seen / (time.perf_counter() - start):.1f} images/s")
-        steps_done += len(groups)
-        seconds = time.perf_counter() - start
-        partial = len(groups) < nb
-        metrics = (0.0, 0.0, 0.0, 0.0)
-        if val_set is not None and not partial and main:
-            metrics = _validate(validator, ema.arrays, names, val_set, cfg)
-        lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
-        elapsed = before + time.perf_counter() - began
-        row = EpochRow(epoch + 1, elapsed, seconds, tuple(sums / len(groups)), *metrics,
-                       tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
-        if main:
-            _log_epoch(cfg, row, partial)
-        if partial:
-            break
-        progress.epoch += 1
-        rows.append(row)
-        model_arrays = dict(tree_flatten(net.parameters()))
-        best = fitness(row) > progress.best_fitness
-        if best:
-            progress.best_fitness = fitness(row)
-        if not main:  # rank 0 alone writes the run's files
-            continue
-        _save_weights(out / "weights/last.safetensors", ema.arrays, variant, names, cfg.data)
-        if best:
-            _save_weights(out / "weights/best.safetensors", ema.arrays, variant, names, cfg.data)
-        _write_results(out, rows)
-        _save_state(out / "state.safetensors", model_arrays, ema, opt,
-                    None if pending is None else layout.unpack(pending, keep_dtype=False), progress, run)
+    writer = BackgroundWriter()  # an epoch's files go to disk while the next one trains
+    try:
+        while progress.epoch < cfg.epochs:
+            epoch = progress.epoch
+            mosaic = epoch < cfg.epochs - cfg.close_mosaic
+            order = epoch_order(n, cfg.seed, epoch)
+            groups = [order[i:i + batch] for i in range(0, n, batch)]
+            if cfg.max_steps is not None:
+                groups = groups[:max(0, cfg.max_steps - steps_done)]
+            if not groups:
+                break
+            net.train()
+            start, waited, seen = time.perf_counter(), 0.0, 0
+            sums = np.zeros(3)
+            step_settings = None
+            mine = [np.array_split(g, world)[distributed.rank()] for g in groups]
+            with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True,
+                              quiet=not main) as bar:
+                for i, b in enumerate(D.batches(train_set, train_labels, mine, imgsz=cfg.imgsz, seed=cfg.seed,
+                                                epoch=epoch, mosaic=mosaic, workers=cfg.workers)):
+                    waited += b.wait_seconds
+                    ni = i + nb * epoch
+                    step_settings = O.settings_at(ni, epoch, warmup=warmup, accumulate=nominal, lr0=choice.lr,
+                                                  epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
+                                                  warmup_momentum=cfg.warmup_momentum,
+                                                  warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
+                    net.update(tree_unflatten(list(layout.unpack(weights if dtype == mx.float32 else weights.astype(dtype), keep_dtype=False).items())))
+                    targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
+                    images = mx.array(b.images).astype(dtype) / 255
+                    parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
+                    if world > 1:  # each process's gradient is its share's: their sum is the batch's
+                        grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
+                    packed = layout.pack(dict(tree_flatten(grads)))
+                    pending = packed if pending is None else pending + packed
+                    mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
+                    values = np.array(parts.astype(mx.float32))
+                    if not np.isfinite(values).all():
+                        files = ", ".join(str(p) for p in b.paths)
+                        share = " (this process's share)" if world > 1 else ""
+                        raise MlxnetError(f"the loss is not finite at epoch {epoch + 1}, batch {i + 1} "
+                                          f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images{share}: "
+                                          f"{files}. Nothing of this epoch was written; {out / 'weights/best.safetensors'} "
+                                          "is untouched")
+                    sums += values
+                    seen += len(groups[i])
+                    if ni - progress.last_opt_step >= step_settings.accumulate:
+                        opt.lr.update(step_settings.lr)
+                        opt.momentum.update(step_settings.momentum)
+                        weights = opt.step_flat(weights, O.clip_flat(pending))
+                        net.update(tree_unflatten(list(layout.unpack(weights).items())))
+                        ema.update(dict(tree_flatten(net.parameters())))
+                        mx.eval(weights, opt.flat_state, ema.flat)
+                        pending, progress.last_opt_step = None, ni
+                    mean = sums / (i + 1)
+                    bar.advance(f"box {mean[0]:.4g}  cls {mean[1]:.4g}  dfl {mean[2]:.4g}  "
+                                f"{seen / (time.perf_counter() - start):.1f} images/s")
+            steps_done += len(groups)
+            seconds = time.perf_counter() - start
+            partial = len(groups) < nb
+            metrics = (0.0, 0.0, 0.0, 0.0)
+            if val_set is not None and not partial and main:
+                metrics = _validate(validator, ema.arrays, names, val_set, cfg)
+            lr = step_settings.lr if step_settings else dict.fromkeys(O.GROUPS, 0.0)
+            elapsed = before + time.perf_counter() - began
+            row = EpochRow(epoch + 1, elapsed, seconds, tuple(sums / len(groups)), *metrics,
+                           tuple(lr[g] for g in ("weight", "bn", "bias")), seen / seconds, waited / seconds)
+            if main:
+                _log_epoch(cfg, row, partial)
+            if partial:
+                break
+            progress.epoch += 1
+            rows.append(row)
+            model_arrays = dict(tree_flatten(net.parameters()))
+            best = fitness(row) > progress.best_fitness
+            if best:
+                progress.best_fitness = fitness(row)
+            if not main:  # rank 0 alone writes the run's files
+                continue
+            averaged, opt_state = ema.arrays, opt.state
+            kept = None if pending is None else layout.unpack(pending, keep_dtype=False)
+            mx.eval(model_arrays, averaged, opt_state, kept)  # views of evaluated vectors: no work
+            writer.wait()  # the previous epoch's files are whole on disk (or their failure raised)
+            writer.submit(_save_weights, out / "weights/last.safetensors", averaged, variant, names, cfg.data)
+            if best:
+                writer.submit(_save_weights, out / "weights/best.safetensors", averaged, variant, names, cfg.data)
+            writer.submit(_write_results, out, list(rows))
+            writer.submit(_save_state, out / "state.safetensors", model_arrays, averaged, ema.updates, opt_state, kept,
+                          replace(progress), run)
+    except BaseException:
+        writer.close(raise_errors=False)
+        raise
+    writer.close()
     if rows:
         log(f"wrote {out / 'weights/best.safetensors'} (mlxnet detect --weights {out / 'weights/best.safetensors'})")
     return rows
