@@ -38,23 +38,16 @@ def _one_torch_thread():
     torch.set_num_threads(before)
 
 
-def _split(size: int, lo: int, hi: int) -> tuple[int, int, int, int]:
-    """(first kept, kept, padded before, padded after) along one axis."""
-    start = max(-lo, 0)
-    return start, size - start - max(-hi, 0), max(lo, 0), max(hi, 0)
-
-
 def _valid(shape: tuple, pads: tuple, mode: str) -> bool:
-    """The rules, written from PyTorch's and numpy's, applied after the crop: a crop takes at
-    most the map; a padded axis must be non-empty, and reflect pads less than it, symmetric at
-    most it, replicate any width, constant anything."""
+    """The rules, written from PyTorch's (and for 'symmetric' by analogy): the output is not
+    negative; 'constant' crops at most the map; a padded axis must be non-empty, and reflect
+    pads less than its size, symmetric at most it, replicate any width."""
     for size, lo, hi in ((shape[-3], *pads[:2]), (shape[-2], *pads[2:])):
-        _, kept, before, after = _split(size, lo, hi)
-        grow = max(before, after)
-        if kept < 0:
+        grow = max(lo, hi, 0)
+        if size + lo + hi < 0 or (mode == "constant" and max(-lo, 0) + max(-hi, 0) > size):
             return False
-        if grow and ((mode == "reflect" and grow >= kept) or (mode == "symmetric" and grow > kept)
-                     or (mode == "replicate" and kept == 0)):
+        if grow and ((mode == "reflect" and grow >= size) or (mode == "symmetric" and grow > size)
+                     or (mode == "replicate" and size == 0)):
             return False
     return True
 
@@ -70,10 +63,13 @@ def _from_torch(t: "torch.Tensor", lead: tuple) -> np.ndarray:
 
 
 def _symmetric_index(h: int, w: int, pads: tuple) -> np.ndarray:
-    """Source pixel of every output pixel for 'symmetric': np.pad of the pixel numbers."""
-    (r0, kh, t, b), (c0, kw, l, r) = _split(h, *pads[:2]), _split(w, *pads[2:])
-    kept = np.arange(h * w).reshape(h, w)[r0:r0 + kh, c0:c0 + kw]
-    return np.pad(kept, [(t, b), (l, r)], mode="symmetric")
+    """Source pixel of every output pixel for 'symmetric': np.pad of the pixel numbers by the
+    positive pads, then the negative ones cropping (F.pad's order for its modes)."""
+    top, bottom, left, right = pads
+    padded = np.pad(np.arange(h * w).reshape(h, w), [(max(top, 0), max(bottom, 0)), (max(left, 0), max(right, 0))],
+                    mode="symmetric")
+    rows, cols = padded.shape
+    return padded[max(-top, 0):rows - max(-bottom, 0), max(-left, 0):cols - max(-right, 0)]
 
 
 def reference(x: np.ndarray, pads: tuple, mode: str, cotangent: np.ndarray | None = None,
@@ -134,7 +130,11 @@ def _check_against_reference(x, pads, mode, dtype, value=None, seed=1):
 # (pads, modes that take them) on 5×6 maps; PyTorch's pad order is (left, right, top, bottom)
 PADS = [((2, 1, 3, 0), "all"), ((0, 0, 0, 0), "all"), ((1, 1, -1, -2), "all"), ((-1, 2, 3, -2), "all"),
         ((-1, 0, 0, -2), "all"), ((4, 4, 5, 5), ("symmetric", "replicate", "constant")),
-        ((7, 0, 1, 9), ("replicate", "constant"))]
+        ((7, 0, 1, 9), ("replicate", "constant")),
+        # a crop of the whole axis (or more) with the other side padded: the pad's pixels remain,
+        # read from the input beyond the crop (PyTorch's OpInfo samples have such pads)
+        ((-5, 4, 2, -6), ("replicate",)), ((-7, 8, -6, 1), ("replicate",)),
+        ((3, -5, -4, 5), ("reflect", "symmetric", "replicate")), ((4, -3, 0, 0), ("reflect", "symmetric"))]
 MODES = ("reflect", "symmetric", "replicate", "constant")
 CASES = [(pads, mode) for pads, modes in PADS for mode in MODES if modes == "all" or mode in modes]
 
@@ -187,9 +187,9 @@ def test_a_crop_to_nothing_still_pads_the_other_axis():
     ((2, 5, 6, 3), (-4, -2, 0, 0), "reflect", "crop 6 rows of a 5×6 map, which has only 5 (reflect mode)"),
     ((2, 5, 6, 3), (0, 0, -7, 1), "constant", "crop 7 columns of a 5×6 map"),
     ((2, 5, 6, 3), (5, 0, 0, 0), "reflect", "too wide to reflect-pad a 5×6 map"),
-    ((2, 5, 6, 3), (0, 0, -2, 4), "reflect", "less than the 4 columns it pads (after cropping)"),
+    ((2, 5, 6, 3), (0, 0, -2, 6), "reflect", "less than the 6 columns it pads"),
+    ((2, 5, 6, 3), (-9, 3, 0, 0), "replicate", "crop 9 rows of a 5×6 map, which has only 5"),
     ((2, 5, 6, 3), (6, 0, 0, 0), "symmetric", "at most the 5 rows it pads"),
-    ((2, 5, 6, 3), (-5, 1, 0, 0), "replicate", "leave no rows to replicate in a 5×6 map (after cropping)"),
     ((2, 0, 6, 3), (1, 0, 0, 0), "replicate", "leave no rows to replicate in a 0×6 map"),
     ((2, 5, 6, 3), (1, 0, 0, 0), "reflect", "takes no value"),
     ((5, 6), (1, 0, 0, 0), "reflect", "must be an (..., H, W, C) array, got (5, 6)"),
@@ -209,21 +209,31 @@ def test_bad_calls_are_one_line_errors(x_shape, pads, mode, words):
                 assert str(tuple(pads)) in message, message
 
 
-def test_torch_accepts_what_the_rules_accept_on_a_sweep():
-    # The rules are PyTorch's limits applied to the cropped map: wherever mlxnet accepts a call
-    # of a torch mode, F.pad gives the same output shape. (F.pad refuses a 0×0 output in
-    # 'reflect' and 'replicate'; mlxnet returns the empty map there, as 'constant' does.)
-    x = np.zeros((1, 3, 4, 1), np.float32)
+def test_mlxnet_and_torch_accept_the_same_calls_with_the_same_values_on_a_sweep():
+    # Every pad from -6 to 6 on each side of a 3×4 map (crops of the whole axis and beyond
+    # included): where F.pad gives a non-empty map, pad2d gives the same values; where F.pad
+    # refuses, pad2d refuses in one line naming the pads. (F.pad also refuses some empty outputs
+    # in 'reflect' and 'replicate', where pad2d returns the empty map, as 'constant' does.)
+    x = np.arange(12, dtype=np.float32).reshape(1, 3, 4, 1)
+    t = _to_torch(x, mx.float32)
     for mode in ("reflect", "replicate", "constant"):
-        for pads in np.ndindex(5, 5, 5, 5):
-            pads = tuple(int(p) - 2 for p in pads)
-            if not _valid(x.shape, pads, mode):
+        for pads in np.ndindex(13, 13, 13, 13):
+            pads = tuple(int(p) - 6 for p in pads)
+            if 3 + pads[0] + pads[1] < 0 or 4 + pads[2] + pads[3] < 0:
+                continue  # a negative size: both refuse (checked by the hypothesis test)
+            try:
+                want = _from_torch(F.pad(t, (pads[2], pads[3], pads[0], pads[1]), mode=mode), (1,))
+            except RuntimeError:
+                want = None
+            if want is None and mode != "constant" and (3 + pads[0] + pads[1]) * (4 + pads[2] + pads[3]) == 0:
+                continue  # F.pad's refusal of an empty map
+            assert _valid(x.shape, pads, mode) == (want is not None), (pads, mode)
+            if want is None:
                 with pytest.raises(mlxnet.MlxnetError, match=re.escape(str(pads))):
                     definition(mx.array(x), pads, mode)
-                continue
-            got = definition(mx.array(x), pads, mode).shape
-            if got[1:3] != (0, 0):
-                assert got == reference(x, pads, mode)[0].shape, (pads, mode)
+            else:
+                np.testing.assert_array_equal(np.array(definition(mx.array(x), pads, mode)), want,
+                                              err_msg=f"{pads} {mode}")
 
 
 # The kernel's C, compiled for this CPU: the shared header and body of pad.kern, each grid

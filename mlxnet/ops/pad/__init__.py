@@ -1,10 +1,13 @@
 """2-D padding of NHWC maps, as PyTorch's ``F.pad`` pads the last two axes of NCHW ones:
 'reflect', 'replicate' and 'constant' (PyTorch's), and 'symmetric' (numpy's). Negative pads
-crop: the crop comes first, and the padding (with its limits) applies to what is kept.
+crop as F.pad's do: in 'constant' the map itself; in the other modes the padded map, so a pad
+reads the whole input, pixels that the other side's crop removes included, and a crop of the
+whole axis leaves the pad's pixels (replicate: the edge pixel next to the crop, repeated). The
+pads' limits are PyTorch's, on the input's size (reflect less than it, symmetric at most it).
 
-The definition is one gather with a precomputed index (crop and padding together); the GPU face
+The definition is one gather with a precomputed index (padding and crop together); the GPU face
 is a copy kernel (custom_kernels/pad.kern) that folds each output pixel's row and column back
-into the kept map itself, so it reads no index array and writes each element once. Padding
+into the input itself, so it reads no index array and writes each element once. Padding
 only moves bytes, so the kernel copies a pixel's channels as 8- or 4-byte words where those
 tile a pixel's bytes: a thread then moves 8 bytes, not one element, for float32 maps with an
 even channel count and float16 ones with a multiple of 4. 'constant' is MLX's own ``mx.pad``

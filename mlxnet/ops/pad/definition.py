@@ -1,4 +1,4 @@
-"""pad2d's definition: one gather with a precomputed index (crop and padding together), or
+"""pad2d's definition: one gather with a precomputed index (padding and crop together), or
 MLX's own ``mx.pad`` of the cropped map for 'constant'; and the argument check every face
 calls first."""
 from __future__ import annotations
@@ -27,18 +27,17 @@ def _kept(size: int, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _axis(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
-    """Input index along one axis of every output position."""
-    start, kept = _kept(size, lo, hi)
-    i = np.arange(-max(lo, 0), kept + max(hi, 0))  # positions relative to the kept part
+    """Input index along one axis of every output position: the positive pads applied to the
+    whole axis, then the negative ones cropping that padded axis (F.pad's order), so position j
+    reads input coordinate j - lo, folded back into the axis by the mode."""
+    t = np.arange(size + lo + hi) - lo
     if mode == "replicate":
-        i = np.clip(i, 0, kept - 1)
-    elif mode == "reflect":  # edge not repeated
-        i = np.abs(i)
-        i = np.where(i >= kept, 2 * (kept - 1) - i, i)
-    else:  # symmetric: edge repeated
-        i = np.where(i < 0, -i - 1, i)
-        i = np.where(i >= kept, 2 * kept - 1 - i, i)
-    return start + i
+        return np.clip(t, 0, size - 1)
+    if mode == "reflect":  # edge not repeated
+        t = np.abs(t)
+        return np.where(t >= size, 2 * (size - 1) - t, t)
+    t = np.where(t < 0, -t - 1, t)  # symmetric: edge repeated
+    return np.where(t >= size, 2 * size - 1 - t, t)
 
 
 @lru_cache(maxsize=64)
@@ -64,29 +63,30 @@ def _check(x: mx.array, pads: Pads, mode: str, value: float | None = None) -> Pa
     h, w = x.shape[-3:-1]
     said = f"pads {pads} (top, bottom, left, right)"
     for size, lo, hi, unit in ((h, pads[0], pads[1], "rows"), (w, pads[2], pads[3], "columns")):
-        kept = _kept(size, lo, hi)[1]
-        crop = size - kept
-        if kept < 0:
+        crop = max(-lo, 0) + max(-hi, 0)
+        # 'constant' crops the map itself (PyTorch refuses a wider crop); the other modes crop
+        # the padded map, which may be wider
+        if size + lo + hi < 0 or (mode == "constant" and crop > size):
             raise MlxnetError(f"pad2d: {said} crop {crop} {unit} of a {h}×{w} map, which has only {size} "
                               f"({mode} mode)")
         grow = max(lo, hi, 0)
         if grow == 0 or mode == "constant":
             continue
-        cropped = " (after cropping)" if crop else ""
-        if mode == "replicate" and kept == 0:
-            raise MlxnetError(f"pad2d: {said} leave no {unit} to replicate in a {h}×{w} map{cropped}")
-        # reflect does not repeat the edge, so it reaches one pixel less than symmetric
-        limit = kept - 1 if mode == "reflect" else kept
+        if mode == "replicate" and size == 0:
+            raise MlxnetError(f"pad2d: {said} leave no {unit} to replicate in a {h}×{w} map")
+        # reflect does not repeat the edge, so it reaches one pixel less than symmetric (PyTorch's limit)
+        limit = size - 1 if mode == "reflect" else size
         if mode != "replicate" and grow > limit:
             rule = "less than" if mode == "reflect" else "at most"
             raise MlxnetError(f"pad2d: {said} are too wide to {mode}-pad a {h}×{w} map: each pad must be "
-                              f"{rule} the {kept} {unit} it pads{cropped}")
+                              f"{rule} the {size} {unit} it pads")
     return pads
 
 
 def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = None) -> mx.array:
     """Pad the H, W axes of ``x`` (..., H, W, C) by ``pads = (top, bottom, left, right)``, as
-    ``F.pad(x, (left, right, top, bottom), mode, value)`` pads NCHW maps; negative pads crop.
+    ``F.pad(x, (left, right, top, bottom), mode, value)`` pads NCHW maps; negative pads crop
+    (in 'constant' the map itself, in the other modes the padded map, as F.pad).
     ``value`` (default 0) fills for mode 'constant'. Each mode is one gather (or MLX's pad), so
     the output is the only new buffer."""
     pads = _check(x, pads, mode, value)

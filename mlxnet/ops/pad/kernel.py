@@ -10,7 +10,7 @@ import numpy as np
 from ...dtypes import FLOATS
 from ..core.kernel_source import PortableKernel, as_words, int_params, launch_nhwc
 from . import definition
-from .definition import Pads, _check, _kept
+from .definition import Pads, _check
 
 # The mode number pad.kern reads in p[8].
 KERNEL_MODES = {"reflect": 0, "symmetric": 1, "replicate": 2}
@@ -32,8 +32,7 @@ def pad2d(x: mx.array, pads: Pads, mode: str = "reflect", value: float | None = 
     lead, c = x.shape[:-3], words.shape[-1]
     n = int(np.prod(lead)) if lead else 1
     oh, ow = h + top + bottom, w + left + right
-    (row0, kh), (col0, kw) = _kept(h, top, bottom), _kept(w, left, right)
-    params = (n, h, w, c, oh, ow, max(top, 0), max(left, 0), KERNEL_MODES[mode], row0, col0, kh, kw)
+    params = (n, h, w, c, oh, ow, top, left, KERNEL_MODES[mode])
     outs = launch_nhwc(PAD, [words], params, [("T", words.dtype)], (n, oh, ow, c), [(*lead, oh, ow, c)],
                        [words.dtype])
     # past the launch limits, the gather definition (which has none)
