@@ -245,9 +245,12 @@ def test_statistics_match_ultralytics(shapes, mode) -> None:
 def test_batches_come_in_order_and_equal_serial_samples(shapes) -> None:
     ds, labels = shapes
     groups = [[3, 0, 7], np.array([1, 2]), [23, 5, 6, 4]]  # numpy index arrays too, as epoch_order gives
-    for workers in (0, 2):
-        got = list(D.batches(ds, labels, groups, imgsz=IMGSZ, seed=5, epoch=2, mosaic=True, workers=workers,
-                             settings=D.AugmentSettings(mixup=0.5), ahead=1))
+    settings = D.AugmentSettings(mixup=0.5)
+    with D.SampleProcesses(ds, labels, imgsz=IMGSZ, workers=2, settings=settings) as processes:
+        runs = [list(D.batches(ds, labels, groups, imgsz=IMGSZ, seed=5, epoch=2, mosaic=True, workers=workers,
+                               settings=settings, ahead=1, processes=pool))
+                for workers, pool in ((0, None), (2, None), (2, processes))]  # here, threads, processes
+    for got in runs:
         assert len(got) == len(groups)
         for batch, group in zip(got, groups):
             assert batch.images.shape == (len(group), IMGSZ, IMGSZ, 3) and batch.images.dtype == np.uint8
@@ -280,3 +283,20 @@ def test_a_consumer_that_stops_early_leaves_no_worker_running(shapes) -> None:
     next(batches)
     batches.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("detect-data")]
+
+
+def test_worker_processes_name_a_bad_image_and_are_refused_for_another_run(tmp_path) -> None:
+    write_split(tmp_path, "train", {"a": "0 0.5 0.5 0.2 0.2\n", "b": "", "c": ""})
+    (tmp_path / "images" / "train" / "b.png").write_bytes(b"not a png at all")
+    (tmp_path / "data.yaml").write_text("train: images/train\nval: images/train\nnames: [cat]\n")
+    ds = D.load_split(tmp_path, "train")
+    labels = D.read_all_labels(ds)
+    with D.SampleProcesses(ds, labels, imgsz=64, workers=1) as processes:
+        with pytest.raises(MlxnetError, match="another data set, imgsz or settings"):
+            next(D.batches(ds, labels, [[0]], imgsz=96, seed=0, epoch=0, mosaic=False, processes=processes))
+        batches = D.batches(ds, labels, [[0], [1, 2], [0]], imgsz=64, seed=0, epoch=0, mosaic=False,
+                            processes=processes)
+        assert next(batches).paths == [ds.images[0]]
+        with pytest.raises(MlxnetError, match=str(tmp_path / "images" / "train" / "b.png")) as e:
+            next(batches)
+        assert "\n" not in str(e.value)

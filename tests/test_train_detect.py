@@ -345,3 +345,29 @@ def test_the_cpu_step_with_fast_faces_equals_the_definitions_step():
     for (k, a), (_, b) in zip(tree_flatten(nets[0].state), tree_flatten(nets[1].state)):
         if "running" in k:
             np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_samples_from_worker_processes_train_the_same_weights_as_threads(data, tmp_path, monkeypatch):
+    # With a GPU step the samples come from worker processes (here forced on the CPU): the same
+    # draws, so the same run as on threads.
+    from mlxnet.training import detect_loop
+    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+
+    config = dict(data=str(data), weights="none", model="yolov8n", imgsz=64, batch=4, close_mosaic=1, epochs=2,
+                  workers=2, val=False, seed=3, log=lambda line: None)
+    train_detector(DetectTrainConfig(output=str(tmp_path / "threads"), **config))
+    started = []
+    real = detect_loop.D.SampleProcesses
+
+    def spy(*args, **kwargs):
+        started.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(detect_loop, "backend", lambda: "metal")
+    monkeypatch.setattr(detect_loop.D, "SampleProcesses", spy)
+    train_detector(DetectTrainConfig(output=str(tmp_path / "processes"), **config))
+    assert started == [1]  # one pool for the whole run
+    a = mx.load(str(tmp_path / "threads" / "weights" / "last.safetensors"))
+    b = mx.load(str(tmp_path / "processes" / "weights" / "last.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(np.array(a[key]), np.array(b[key]), err_msg=key)

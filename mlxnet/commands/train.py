@@ -83,7 +83,7 @@ def detect(
     weight_decay: float = typer.Option(5e-4, "--weight-decay", metavar="X"),
     warmup_epochs: float = typer.Option(3.0, "--warmup-epochs", min=0, metavar="X"),
     close_mosaic: int = typer.Option(10, "--close-mosaic", min=0, metavar="N", help="Train the last N epochs without mosaic."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N", help="Data threads (decoding, augmentation)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N", help="Data workers (decoding, augmentation): threads on the CPU, processes with a GPU step."),
     val: bool = typer.Option(True, "--val/--no-val", help="Measure mAP on the val split after every epoch."),
     dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
                               help="float32, or bfloat16 compute with float32 master weights."),

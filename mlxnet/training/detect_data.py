@@ -35,12 +35,15 @@ Arrays are RGB uint8 HWC; boxes float32 xyxy.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections import OrderedDict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -428,46 +431,119 @@ def default_workers() -> int:
 DEFAULT_CACHE_BYTES = 1 << 30
 
 
+def _sample_into(ds: DetectionSet, labels: Sequence[Labels], index: int, out: np.ndarray, *, imgsz: int, seed: int,
+                 epoch: int, mosaic: bool, settings: AugmentSettings,
+                 cache: ImageCache) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`train_sample` of ``index`` written into ``out``; any failure one line naming the image."""
+    try:
+        pixels, boxes, classes = train_sample(ds, labels, index, imgsz=imgsz, rng=sample_rng(seed, epoch, index),
+                                              mosaic=mosaic, settings=settings, cache=cache)
+    except MlxnetError:
+        raise
+    except Exception as e:  # noqa: BLE001 - named for the user, the original chained
+        raise MlxnetError(f"{ds.images[index]}: augmenting the image failed ({type(e).__name__}: {e})") from e
+    out[...] = pixels  # straight into the batch: no stacking in the consumer's thread
+    return boxes, classes
+
+
+# -- samples in worker processes -------------------------------------------------------------------
+
+_WORKER: dict = {}  # a worker process's run: its data set, labels, settings and image cache
+
+
+def _start_worker(ds: DetectionSet, labels: Sequence[Labels], imgsz: int, settings: AugmentSettings,
+                  cache_bytes: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the trainer's: it stops the workers
+    _WORKER.update(ds=ds, labels=labels, imgsz=imgsz, settings=settings, cache=ImageCache(cache_bytes))
+
+
+def _worker_sample(index: int, seed: int, epoch: int, mosaic: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    w = _WORKER
+    pixels = np.empty((w["imgsz"], w["imgsz"], 3), np.uint8)
+    boxes, classes = _sample_into(w["ds"], w["labels"], index, pixels, imgsz=w["imgsz"], seed=seed, epoch=epoch,
+                                  mosaic=mosaic, settings=w["settings"], cache=w["cache"])
+    return pixels, boxes, classes
+
+
+class SampleProcesses:
+    """Worker processes that make a run's training samples, started once for all its epochs.
+    The samples' Python (decoding glue, the augmentation's small numpy steps) then never holds
+    the interpreter lock that the training step's graph building needs, as it does on threads.
+    The workers are spawned, not forked (a fork of a process using the GPU is not safe), so a
+    script that trains must guard its entry point with ``if __name__ == "__main__":``, as with
+    any multiprocessing. Each worker keeps its share of :data:`DEFAULT_CACHE_BYTES` of images."""
+
+    def __init__(self, ds: DetectionSet, labels: Sequence[Labels], *, imgsz: int, workers: int,
+                 settings: AugmentSettings = AugmentSettings()) -> None:
+        if workers < 1:
+            raise MlxnetError(f"worker processes: at least 1, got {workers}")
+        self.ds, self.imgsz, self.settings = ds, imgsz, settings
+        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_start_worker,
+                                         # the labels go over read: a COCO split's reader is a closure
+                                         initargs=(replace(ds, labels_of=None), list(labels), imgsz, settings,
+                                                   DEFAULT_CACHE_BYTES // workers))
+
+    def submit(self, index: int, seed: int, epoch: int, mosaic: bool) -> Future:
+        return self._pool.submit(_worker_sample, index, seed, epoch, mosaic)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "SampleProcesses":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _collect(ds: DetectionSet, indices: list[int], images: np.ndarray, futures: list[Future],
+             from_processes: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The batch's (boxes, classes), in order; a process's pixels copied into ``images``."""
+    results = []
+    for j, f in enumerate(futures):
+        try:
+            result = f.result()
+        except BrokenProcessPool:
+            raise MlxnetError(f"the data worker process making {ds.images[indices[j]]} died (out of memory?); "
+                              "try fewer --workers") from None
+        if from_processes:
+            images[j] = result[0]
+            result = result[1:]
+        results.append(result)
+    return results
+
+
 def batches(ds: DetectionSet, labels: Sequence[Labels], indices_per_batch: Iterable[Sequence[int]], *,
             imgsz: int, seed: int, epoch: int, mosaic: bool, workers: int | None = None,
             settings: AugmentSettings = AugmentSettings(), ahead: int = 3,
-            cache: ImageCache | None = None) -> Iterator[Batch]:
+            cache: ImageCache | None = None, processes: SampleProcesses | None = None) -> Iterator[Batch]:
     """The batches of ``indices_per_batch`` (dataset indices), in order, each sample
     :func:`train_sample` with ``sample_rng(seed, epoch, index)``. Samples are made on ``workers``
-    threads (None: :func:`default_workers`; 0: in the caller's thread), at most ``ahead`` batches
-    beyond the one being consumed, so memory stays bounded. A failure re-raises here, in order, as
-    one line naming the image. ``cache``: resized images shared across calls (None: one of
-    :data:`DEFAULT_CACHE_BYTES` for this call)."""
+    threads (None: :func:`default_workers`; 0: in the caller's thread), or by ``processes`` (a
+    run's :class:`SampleProcesses`; then ``workers`` and ``cache`` are unused), at most
+    ``ahead`` batches beyond the one being consumed, so memory stays bounded. A failure
+    re-raises here, in order, as one line naming the image. ``cache``: resized images shared
+    across calls (None: one of :data:`DEFAULT_CACHE_BYTES` for this call)."""
     workers = default_workers() if workers is None else workers
     if workers < 0 or ahead < 1:
         raise MlxnetError(f"workers must be 0 or more and ahead at least 1, got {workers} and {ahead}")
-    cache = ImageCache(DEFAULT_CACHE_BYTES) if cache is None else cache
-
-    def sample(index: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pixels, boxes, classes = train_sample(ds, labels, index, imgsz=imgsz, rng=sample_rng(seed, epoch, index),
-                                              mosaic=mosaic, settings=settings, cache=cache)
-        out[...] = pixels  # straight into the batch: no stacking in the consumer's thread
-        return boxes, classes
-
-    def guarded(index: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        try:
-            return sample(index, out)
-        except MlxnetError:
-            raise
-        except Exception as e:  # noqa: BLE001 - named for the user, the original chained
-            raise MlxnetError(f"{ds.images[index]}: augmenting the image failed ({type(e).__name__}: {e})") from e
+    if processes is not None and (processes.ds is not ds or processes.imgsz != imgsz or processes.settings != settings):
+        raise MlxnetError("batches: the worker processes were started for another data set, imgsz or settings")
+    cache = ImageCache(DEFAULT_CACHE_BYTES) if cache is None and processes is None else cache
+    options = dict(imgsz=imgsz, seed=seed, epoch=epoch, mosaic=mosaic, settings=settings, cache=cache)
 
     groups = iter(indices_per_batch)
-    if workers == 0:
+    if workers == 0 and processes is None:
         for group in groups:
             indices = [int(i) for i in group]
             images = np.empty((len(indices), imgsz, imgsz, 3), np.uint8)
             start = time.perf_counter()
-            results = [guarded(i, images[j]) for j, i in enumerate(indices)]
+            results = [_sample_into(ds, labels, i, images[j], **options) for j, i in enumerate(indices)]
             yield _batch(ds, indices, images, results, time.perf_counter() - start)
         return
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="detect-data")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="detect-data") if processes is None else None
     pending: deque[tuple[list[int], np.ndarray, list[Future]]] = deque()
 
     def submit_next() -> bool:
@@ -476,7 +552,11 @@ def batches(ds: DetectionSet, labels: Sequence[Labels], indices_per_batch: Itera
             return False
         indices = [int(i) for i in group]
         images = np.empty((len(indices), imgsz, imgsz, 3), np.uint8)
-        pending.append((indices, images, [pool.submit(guarded, i, images[j]) for j, i in enumerate(indices)]))
+        if processes is not None:
+            futures = [processes.submit(i, seed, epoch, mosaic) for i in indices]
+        else:
+            futures = [pool.submit(_sample_into, ds, labels, i, images[j], **options) for j, i in enumerate(indices)]
+        pending.append((indices, images, futures))
         return True
 
     try:
@@ -486,11 +566,16 @@ def batches(ds: DetectionSet, labels: Sequence[Labels], indices_per_batch: Itera
             indices, images, futures = pending.popleft()
             submit_next()  # keep the workers ``ahead`` batches beyond this one while it is consumed
             start = time.perf_counter()
-            results = [f.result() for f in futures]
+            results = _collect(ds, indices, images, futures, processes is not None)
             yield _batch(ds, indices, images, results, time.perf_counter() - start)
     finally:
         # A consumer that stops early (an error, a break) leaves nothing running behind it.
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            for _, _, futures in pending:
+                for f in futures:
+                    f.cancel()
 
 
 def _batch(ds: DetectionSet, indices: list[int], images: np.ndarray,

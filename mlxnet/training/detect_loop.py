@@ -421,6 +421,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     # epoch's saving and plotting in the next epoch's), continued from the rows of a resumed run.
     began, before = time.perf_counter(), (rows[-1].elapsed if rows else 0.0)
     writer = BackgroundWriter()  # an epoch's files go to disk while the next one trains
+    processes = _sample_processes(cfg, train_set, train_labels)
     try:
         while progress.epoch < cfg.epochs:
             epoch = progress.epoch
@@ -439,7 +440,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True,
                               quiet=not main) as bar:
                 for i, b in enumerate(D.batches(train_set, train_labels, mine, imgsz=cfg.imgsz, seed=cfg.seed,
-                                                epoch=epoch, mosaic=mosaic, workers=cfg.workers)):
+                                                epoch=epoch, mosaic=mosaic, workers=cfg.workers,
+                                                processes=processes)):
                     waited += b.wait_seconds
                     ni = i + nb * epoch
                     step_settings = O.settings_at(ni, epoch, warmup=warmup, accumulate=nominal, lr0=choice.lr,
@@ -511,10 +513,24 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     except BaseException:
         writer.close(raise_errors=False)
         raise
+    finally:
+        if processes is not None:
+            processes.close()
     writer.close()
     if rows:
         log(f"wrote {out / 'weights/best.safetensors'} (mlxnet detect --weights {out / 'weights/best.safetensors'})")
     return rows
+
+
+def _sample_processes(cfg: DetectTrainConfig, train_set: D.DetectionSet,
+                      labels: list[D.Labels]) -> D.SampleProcesses | None:
+    """Worker processes for the run's samples where the step runs on a GPU: there the main
+    thread mostly builds graphs, which data threads' Python would hold up; on the CPU the step
+    keeps the cores busy and threads cost less memory."""
+    workers = D.default_workers() if cfg.workers is None else cfg.workers
+    if workers == 0 or backend() == "cpu":
+        return None
+    return D.SampleProcesses(train_set, labels, imgsz=cfg.imgsz, workers=workers)
 
 
 def compile_training() -> bool:
