@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -300,3 +302,17 @@ def test_worker_processes_name_a_bad_image_and_are_refused_for_another_run(tmp_p
         with pytest.raises(MlxnetError, match=str(tmp_path / "images" / "train" / "b.png")) as e:
             next(batches)
         assert "\n" not in str(e.value)
+
+
+def test_a_script_without_a_main_guard_is_told_why_its_workers_died(shapes, tmp_path) -> None:
+    ds, _ = shapes
+    script = tmp_path / "train_unguarded.py"
+    script.write_text(
+        "from mlxnet.training import detect_data as D\n"
+        f"ds = D.load_split({ds.source!r}, 'train')\n"
+        "labels = D.read_all_labels(ds)\n"
+        "with D.SampleProcesses(ds, labels, imgsz=64, workers=1) as p:\n"
+        "    next(D.batches(ds, labels, [[0]], imgsz=64, seed=0, epoch=0, mosaic=False, processes=p))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "__main__" in done.stderr and "guard" in done.stderr, done.stderr[-2000:]

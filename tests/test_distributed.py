@@ -178,6 +178,8 @@ def test_a_batch_that_does_not_split_evenly_is_refused(tmp_path):
     assert "equal shares" in done.stdout + done.stderr
 
 
+# The detector test above trains through synchronised statistics too; this one runs with the slow tests.
+@pytest.mark.slow
 def test_batch_statistics_are_averaged_over_the_ranks(tmp_path):
     """--batchnorm train: each rank normalises with its own half of the batch, and the running
     statistics are averaged after the epoch. The first BatchNorm's input does not depend on
@@ -210,6 +212,8 @@ def _records(stdout: str) -> list[dict]:
                   key=lambda r: r["image"])
 
 
+# Sharding's outputs are checked on detect in the default run; classify's with the slow tests.
+@pytest.mark.slow
 def test_sharded_classify_prints_what_one_process_prints(tmp_path, pictures):
     folder = make_folder(tmp_path / "data", {"x": (200, 40, 40), "y": (40, 60, 200)}, 4)
     single("train", "classify", folder, *TINY, "--epochs", "1", "--val-split", "0", "-o", tmp_path / "m")

@@ -477,6 +477,9 @@ class SampleProcesses:
                  settings: AugmentSettings = AugmentSettings()) -> None:
         if workers < 1:
             raise MlxnetError(f"worker processes: at least 1, got {workers}")
+        if multiprocessing.parent_process() is not None and multiprocessing.current_process().name != "MainProcess":
+            raise MlxnetError("data worker processes started from a data worker process: the script that trains "
+                              "needs an `if __name__ == \"__main__\":` guard (worker processes import it again)")
         self.ds, self.imgsz, self.settings = ds, imgsz, settings
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_start_worker,
@@ -505,8 +508,9 @@ def _collect(ds: DetectionSet, indices: list[int], images: np.ndarray, futures: 
         try:
             result = f.result()
         except BrokenProcessPool:
-            raise MlxnetError(f"the data worker process making {ds.images[indices[j]]} died (out of memory?); "
-                              "try fewer --workers") from None
+            raise MlxnetError(f"the data worker process making {ds.images[indices[j]]} died: out of memory (try "
+                              "fewer --workers), or a script that trains without an `if __name__ == \"__main__\":` "
+                              "guard (worker processes import it again)") from None
         if from_processes:
             images[j] = result[0]
             result = result[1:]
