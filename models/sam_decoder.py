@@ -248,6 +248,10 @@ class MLP(nn.Module):
 
 
 class MaskDecoder(nn.Module):
+    # Seeded random weights (``-w random``) give mask logits of order 0.1, where no mask is stable
+    # at the ±1 offset of everything mode; trained decoders' logits are of order ten.
+    random_gains = {"output_hypernetworks_mlps.*.layers.2.weight": 100.0}
+
     def __init__(self, transformer_dim: int = 256, num_multimask_outputs: int = 3,
                  iou_head_depth: int = 3, iou_head_hidden_dim: int = 256) -> None:
         super().__init__()

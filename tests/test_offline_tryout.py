@@ -66,3 +66,16 @@ def test_detect_with_random_weights_draws_boxes(photo, tmp_path):
     record = json.loads(result.output.splitlines()[0])
     assert record["detections"] and all(len(d["box"]) == 4 for d in record["detections"])
     assert (np.array(Image.open(out).convert("RGB")) != np.array(Image.open(photo).convert("RGB"))).any()
+
+
+def test_segment_everything_with_random_weights_finds_a_mask(photo, tmp_path):
+    """Everything mode keeps only stable masks (±1 logit): the seeded decoder's logits are
+    scaled to a trained decoder's order so that some are (MaskDecoder.random_gains)."""
+    out = tmp_path / "all.png"
+    result = runner.invoke(app, ["segment", photo, "-w", "random", "--everything", "--points-per-side", "8",
+                                 "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    found = int(re.search(r"(\d+) masks", result.output).group(1))
+    assert found >= 1, result.output
+    labels = np.array(Image.open(tmp_path / "all.mask.png"))
+    assert 0 < (labels > 0).sum(), result.output

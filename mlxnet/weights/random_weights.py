@@ -13,9 +13,16 @@ bin values 0..15, a fixed positional table) is declared by the module that holds
 
 Random initialisation keeps those as constructed: re-drawing them gives a network that cannot
 run (DFL bins drawn at random decode boxes whose right edge lies left of their left edge).
+
+A layer whose scale-preserving values leave an output too unsure to show anything declares a
+gain for them (``fnmatch`` patterns of its parameters' paths)::
+
+    class MaskDecoder(nn.Module):
+        random_gains = {"output_hypernetworks_mlps.*.layers.2.weight": 100.0}
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,12 +54,32 @@ def fixed_parameters(model: nn.Module) -> set[str]:
     return found
 
 
+def random_gains(model: nn.Module) -> dict[str, float]:
+    """Dotted paths of the parameters of ``model`` whose modules declare a random-init gain, with it."""
+    found = {}
+    for path, module in model.named_modules():
+        patterns = getattr(type(module), "random_gains", {})
+        if not patterns:
+            continue
+        for name, _ in tree_flatten(module.parameters()):
+            gain = next((g for pattern, g in patterns.items() if fnmatch.fnmatchcase(name, pattern)), None)
+            if gain is not None:
+                found[f"{path}.{name}" if path else name] = gain
+    return found
+
+
 def random_init(model: nn.Module, seed: int = SEED) -> nn.Module:
-    """``model`` with seeded scale-preserving weights, its fixed parameters as constructed."""
+    """``model`` with seeded scale-preserving weights, its fixed parameters as constructed and
+    its declared gains applied."""
     from ..nn.init import scale_preserving_init  # nn's norm module imports weights.fold: no cycle at import
 
     fixed = fixed_parameters(model)
-    return scale_preserving_init(model, seed, keep=fixed.__contains__)
+    scale_preserving_init(model, seed, keep=fixed.__contains__)
+    gains = random_gains(model)
+    if gains:
+        current = dict(tree_flatten(model.parameters()))
+        model.load_weights([(k, current[k] * g) for k, g in gains.items()], strict=False)
+    return model
 
 
 def random_checkpoint(spec: WeightSpec, seed: int = SEED) -> Checkpoint:
