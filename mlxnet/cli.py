@@ -12,12 +12,14 @@ import typer
 import mlxnet
 
 from . import env
+from .commands.guides import epilog
 from .errors import MlxnetError
 
 app = typer.Typer(
     name="mlxnet", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
     context_settings={"max_content_width": 120},  # plain help, wrapped to the terminal up to 120 columns
     help="Neural networks on MLX: every op on every back end.",
+    epilog=epilog(""),
 )
 _options = {"debug": False}
 
@@ -106,9 +108,9 @@ def run() -> None:
 COMMANDS = ("info", "models", "ops", "convert", "check", "classify", "detect", "track", "segment", "inpaint", "erase",
             "bench")
 for _name in COMMANDS:
-    app.command(name=_name)(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
+    app.command(name=_name, epilog=epilog(_name))(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name))
 # `mlxnet app` lives with the web app it serves (mlxnet/app/); the web stack loads when it runs.
-app.command(name="app")(importlib.import_module("mlxnet.app.command").app)
+app.command(name="app", epilog=epilog("app"))(importlib.import_module("mlxnet.app.command").app)
 # Command groups: mlxnet/commands/<name>.py holds a typer app of the same name.
 for _name in ("train", "val"):
     app.add_typer(getattr(importlib.import_module(f"mlxnet.commands.{_name}"), _name), name=_name)

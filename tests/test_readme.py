@@ -1,4 +1,5 @@
-"""The README runs as written: every fenced code block is run here, or named with the reason it is not.
+"""The README and the guides (``docs/*.md``) run as written: every fenced code block is run here,
+or named with the reason it is not.
 
 - ``python`` blocks: each is written to a file and run by this Python, in a fresh folder.
 - ``bash`` blocks: each line is one command, run by bash in a fresh folder; ``NOT_RUN`` says
@@ -44,6 +45,9 @@ from testutil import save_ultralytics_pt
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+BENCHMARKS = (ROOT / "docs/benchmarks.md").read_text()
+# The pages whose blocks run: the README and every guide.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SEED = 1234
 
 # Bash lines not run, by pattern (first match wins), each with its reason.
@@ -57,6 +61,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"runs/pets/", "reads the model the training run above writes"),
     (r"\btrain detect\b", "fine-tunes a YOLOv8 for epochs: minutes on a CPU (tests/test_train_detect.py trains small)"),
     (r"runs/shapes/", "reads the model the training run above writes"),
+    (r"runs/mine/", "reads the model the training run above writes"),
     (r"--everything\b", "segment-everything runs 1024 prompts through SAM's decoder: over a minute on a 2-core CPU"),
     (r"^mlxnet bench(?!\s+--(list|markdown)\b)", "times the models: minutes on a CPU (tests/test_bench.py times "
                                                  "one small case)"),
@@ -66,13 +71,14 @@ NOT_RUN: list[tuple[str, str]] = [
 @dataclass(frozen=True)
 class Case:
     kind: str  # "python", "bash" (one line) or "text"
-    line: int  # where it starts in README.md
+    line: int  # where it starts in its page
     code: str
+    page: str = "README.md"  # relative to the repository's root
 
     @property
     def id(self) -> str:
         first = self.code.strip().splitlines()[0] if self.code.strip() else ""
-        return f"README.md:{self.line} {self.kind} {first[:48]}"
+        return f"{self.page}:{self.line} {self.kind} {first[:48]}"
 
 
 def readme_blocks(readme: str = README) -> list[tuple[str, int, str]]:
@@ -81,19 +87,24 @@ def readme_blocks(readme: str = README) -> list[tuple[str, int, str]]:
             for found in re.finditer(r"^```(\w*)\n(.*?)^```[ \t]*$", readme, re.S | re.M)]
 
 
-def readme_cases(readme: str = README) -> list[Case]:
+def readme_cases(readme: str = README, page: str = "README.md") -> list[Case]:
     """Every python block, every line of every bash block, every other block."""
     cases = []
     for lang, start, body in readme_blocks(readme):
         if lang == "python":
-            cases.append(Case("python", start, body))
+            cases.append(Case("python", start, body, page))
         elif lang == "bash":
             for offset, text in enumerate(body.splitlines()):
                 if text.strip() and not text.lstrip().startswith("#"):
-                    cases.append(Case("bash", start + offset, text.strip()))
+                    cases.append(Case("bash", start + offset, text.strip(), page))
         else:
-            cases.append(Case("text", start, body))
+            cases.append(Case("text", start, body, page))
     return cases
+
+
+def page_cases() -> list[Case]:
+    """:func:`readme_cases` of the README and of every guide."""
+    return [c for path in PAGES for c in readme_cases(path.read_text(), str(path.relative_to(ROOT)))]
 
 
 def not_run_reason(case: Case) -> str | None:
@@ -202,7 +213,7 @@ def run_case(case: Case, cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", readme_cases(), ids=lambda c: c.id)
+@pytest.mark.parametrize("case", page_cases(), ids=lambda c: c.id)
 def test_readme_block_runs_as_written(case, request, tmp_path):
     reason = not_run_reason(case)
     if case.kind == "text":
@@ -217,12 +228,15 @@ def test_readme_block_runs_as_written(case, request, tmp_path):
 
 
 def test_the_readme_blocks_are_found():
-    """The parser sees the README's blocks (a broken fence would silently leave them out)."""
-    assert len(re.findall(r"^```", README, re.M)) == 2 * len(readme_blocks())
-    cases = readme_cases()
+    """The parser sees every page's blocks (a broken fence would silently leave them out)."""
+    for path in PAGES:
+        text = path.read_text()
+        assert len(re.findall(r"^```", text, re.M)) == 2 * len(readme_blocks(text)), path
+    cases = page_cases()
     assert {c.kind for c in cases} >= {"python", "bash", "text"}
     run = [c for c in cases if not not_run_reason(c)]
-    assert sum(c.kind == "python" for c in run) >= 7 and sum(c.kind == "bash" for c in run) >= 10
+    assert sum(c.kind == "python" for c in run) >= 8 and sum(c.kind == "bash" for c in run) >= 10
+    assert any(c.page == "README.md" for c in run) and len({c.page for c in run}) >= 10
 
 
 # --- the quick start ---------------------------------------------------------------------------------
@@ -296,10 +310,10 @@ def test_first_command_offline_is_one_line_and_the_documented_alternative_runs(t
 
 
 def test_the_gpu_table_is_regenerated_from_the_benchmark_json():
-    """The README's GPU table is the benchmark's own output (mlxnet bench --markdown)."""
-    command = re.search(r"`mlxnet (bench --markdown [^`]*)`", README)
+    """The benchmark page's GPU table is the benchmark's own output (mlxnet bench --markdown)."""
+    command = re.search(r"`mlxnet (bench --markdown [^`]*)`", BENCHMARKS)
     args = command.group(1).split()
     table = subprocess.run([sys.executable, "-m", "mlxnet", *args], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout
     assert table.count("\n") > 10 and "PyTorch / mlxnet" in table
-    assert table.strip() in README
+    assert table.strip() in BENCHMARKS

@@ -9,11 +9,13 @@ from typing import Optional
 import typer
 
 from mlxnet.commands import grammar
+from mlxnet.commands.guides import epilog
 
-train = typer.Typer(name="train", no_args_is_help=True, rich_markup_mode=None, help="Fine-tune a model on your own images.")
+train = typer.Typer(name="train", no_args_is_help=True, rich_markup_mode=None, help="Fine-tune a model on your own images.",
+                    epilog=epilog("train"))
 
 
-@train.command("classify")
+@train.command("classify", epilog=epilog("train classify"))
 def classify(
     data: Path = typer.Argument(..., metavar="DATA_DIR",
                                 help="ImageFolder tree: DATA_DIR/<class>/<images> (sub-folders allowed)."),
@@ -59,7 +61,7 @@ def classify(
                     max_steps=max_steps))
 
 
-@train.command("detect")
+@train.command("detect", epilog=epilog("train detect"))
 def detect(
     data: Path = typer.Argument(..., metavar="DATA",
                                 help="A YOLO-format data set: its data.yaml (path, train, val, names) or a folder "

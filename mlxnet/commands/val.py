@@ -17,12 +17,14 @@ import numpy as np
 import typer
 
 from mlxnet.commands import grammar
+from mlxnet.commands.guides import epilog
 from mlxnet.commands.detect import detector_weights, imgsz_option
 from mlxnet.commands.val_classify import classify as _classify
 from mlxnet.errors import MlxnetError
 
-val = typer.Typer(name="val", no_args_is_help=True, rich_markup_mode=None, help="Measure a model on your own labelled data.")
-val.command("classify")(_classify)
+val = typer.Typer(name="val", no_args_is_help=True, rich_markup_mode=None, help="Measure a model on your own labelled data.",
+                  epilog=epilog("val"))
+val.command("classify", epilog=epilog("val classify"))(_classify)
 
 
 def table(result: Any, names: tuple[str, ...], images: int) -> str:
@@ -107,7 +109,7 @@ def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]
                     lambda image: dataset.by_path[str(image)].id, to_category.get, model_names)
 
 
-@val.command("detect")
+@val.command("detect", epilog=epilog("val detect"))
 def detect(
     data: Path = typer.Argument(..., metavar="DATA",
                                 help="A YOLO-format dataset: its data.yaml (path, val, names), or a folder "

@@ -28,4 +28,3 @@ from .window import window_merge, window_partition
 __all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "batch_norm_train", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
            "conv_transpose1d", "conv_transpose2d", "bias_act_pad2d", "pad2d", "window_partition", "window_merge"]
 __all__ += pooling.__all__
-__all__ += ["conv_transpose1d", "conv_transpose2d"]
