@@ -20,7 +20,7 @@ DOCS = ROOT / "docs"
 
 
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent)})
     assert done.returncode == 0, done.stderr[-3000:]
