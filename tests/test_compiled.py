@@ -124,7 +124,8 @@ def test_every_family_compiles_to_its_eager_output(variant):
         np.testing.assert_allclose(np.array(c), np.array(e), rtol=2e-4, atol=2e-4 * float(mx.abs(e).max()) + 1e-6)
 
 
-@pytest.mark.parametrize("variant", ["yolov8n", "sam-tiny", "lama"])
+# SAM's staged forward is the slowest to build on a CPU: it runs with the slow tests.
+@pytest.mark.parametrize("variant", ["yolov8n", pytest.param("sam-tiny", marks=pytest.mark.slow), "lama"])
 def test_staged_forwards_see_new_weights(variant, monkeypatch):
     """The staged models compile each stage with only the submodules it reads as inputs
     (``reads=``): every weight must be among them, or a stage would keep the weights it was
