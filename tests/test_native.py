@@ -598,7 +598,7 @@ def test_the_build_is_cached_per_machine(fresh_build):
 
 
 # Each case is a full rebuild (half a minute on 2 cores): they run with the slow tests; the default
-# run still rebuilds once (fresh_build) and checks a stale build is refused (above).
+# run still builds once (fresh_build) and checks that the build is cached per machine (above).
 @pytest.mark.parametrize("damage", [pytest.param("truncate", marks=pytest.mark.slow),
                                     pytest.param("empty", marks=pytest.mark.slow)])
 def test_a_damaged_cached_build_is_rebuilt_with_a_note(fresh_build, tmp_path, damage):
