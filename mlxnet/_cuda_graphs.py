@@ -4,7 +4,7 @@ MLX's CUDA back end records every kernel into a CUDA graph and launches the grap
 ``MLX_MAX_OPS_PER_BUFFER`` ops; each cuDNN convolution is stream-captured into a child graph.
 For the convolutional models here that recording costs more host time than the kernels take
 on the GPU, so the GPU waits; launching directly (``MLX_USE_CUDA_GRAPHS=0``) is faster for every
-model we ship (README "Performance"; ``scripts/bench/bench_dispatch.py`` compares the settings).
+model we ship (docs/benchmarks.md; ``scripts/bench/bench_dispatch.py`` compares the settings).
 
 MLX reads the variable once per process, at its first GPU operation, and it then holds for
 every MLX user in the process. So it is opt-in: :func:`mlxnet.tune_gpu` before the first GPU

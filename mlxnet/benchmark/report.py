@@ -1,4 +1,4 @@
-"""Benchmark rows as people read them: an 80-column table, markdown for the README, JSON."""
+"""Benchmark rows as people read them: an 80-column table, markdown for the benchmark page (docs/benchmarks.md), JSON."""
 from __future__ import annotations
 
 import json
@@ -33,7 +33,7 @@ torch: PyTorch on the same device (--compare torch); ratio: torch ms / mlxnet ms
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The README's table of a JSON report's rows."""
+    """The benchmark page's table of a JSON report's rows."""
     eager = any(r.get("eager_ms") for r in rows)
     compiled = any(r.get("torch_compile_ms") for r in rows)
     head = ["model", "batch", "dtype", "mlxnet ms", "images/s", "peak MB", "launches"]

@@ -6,7 +6,7 @@ kernel once per machine (kept in MLX's PTX cache, an empty one after a reboot or
 keeps those only in memory. Seconds before the first result, for a forward only a few
 milliseconds faster: a command on a folder of photos never wins them back, so it starts with
 MLX's built-in ops, run eagerly. ``MLXNET_KERNELS`` and ``MLXNET_COMPILE``, when set, decide as
-they do everywhere else (the figures are in the README's "Cold start" section).
+they do everywhere else (the figures are in docs/benchmarks.md, "Cold start").
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MOT metrics of mlxnet's ByteTrack on synthetic scenes with known ground truth: the README's
+"""MOT metrics of mlxnet's ByteTrack on synthetic scenes with known ground truth: the tracking guide's (docs/track.md)
 tracking figures.
 
     python scripts/bench/mot_synthetic.py [--seeds 0 1 2 3 4] [--frames 150] [--json FILE]
