@@ -56,12 +56,17 @@ def run_ok(args: list[str]) -> list[dict]:
     return records
 
 
-def well_formed(records: list[dict]) -> None:
-    """Detections, where there are any, are boxes inside the image with ordered corners."""
+def well_formed(records: list[dict], ordered: bool = True) -> None:
+    """Detections, where there are any, are boxes inside the image with ordered corners
+    (``ordered=False``: a YOLO26's, whose direct left/top/right/bottom distances can cross on
+    random weights; ultralytics decodes and outputs them the same way)."""
     for record in records:
         for det in record.get("detections", []):
             x1, y1, x2, y2 = det["box"]
-            assert 0 <= x1 <= x2 <= record["width"] and 0 <= y1 <= y2 <= record["height"], det
+            assert all(0 <= x <= record["width"] for x in (x1, x2)), det
+            assert all(0 <= y <= record["height"] for y in (y1, y2)), det
+            if ordered:
+                assert x1 <= x2 and y1 <= y2, det
 
 
 @pytest.mark.slow
@@ -69,7 +74,8 @@ def well_formed(records: list[dict]) -> None:
 def test_a_freshly_built_variant_runs_through_its_command(variant, tmp_path, mask):
     weights = tmp_path / f"{variant}.safetensors"
     families.family_of(variant).build(variant).save_weights(str(weights))
-    well_formed(run_ok(command_for(variant, str(weights), tmp_path / "out", mask)))
+    well_formed(run_ok(command_for(variant, str(weights), tmp_path / "out", mask)),
+                ordered=not variant.startswith("yolo26"))
 
 
 # One variant per command: every command takes --weights random without per-command code (that
