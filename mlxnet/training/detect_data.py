@@ -449,6 +449,7 @@ def _sample_into(ds: DetectionSet, labels: Sequence[Labels], index: int, out: np
 # -- samples in worker processes -------------------------------------------------------------------
 
 _WORKER: dict = {}  # a worker process's run: its data set, labels, settings and image cache
+_MAIN_GUARD = 'an `if __name__ == "__main__":` guard (worker processes import the script again)'
 
 
 def _start_worker(ds: DetectionSet, labels: Sequence[Labels], imgsz: int, settings: AugmentSettings,
@@ -478,8 +479,8 @@ class SampleProcesses:
         if workers < 1:
             raise MlxnetError(f"worker processes: at least 1, got {workers}")
         if multiprocessing.parent_process() is not None and multiprocessing.current_process().name != "MainProcess":
-            raise MlxnetError("data worker processes started from a data worker process: the script that trains "
-                              "needs an `if __name__ == \"__main__\":` guard (worker processes import it again)")
+            raise MlxnetError(f"data worker processes started from a data worker process: the script that trains "
+                              f"needs {_MAIN_GUARD}")
         self.ds, self.imgsz, self.settings = ds, imgsz, settings
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_start_worker,
@@ -509,8 +510,7 @@ def _collect(ds: DetectionSet, indices: list[int], images: np.ndarray, futures: 
             result = f.result()
         except BrokenProcessPool:
             raise MlxnetError(f"the data worker process making {ds.images[indices[j]]} died: out of memory (try "
-                              "fewer --workers), or a script that trains without an `if __name__ == \"__main__\":` "
-                              "guard (worker processes import it again)") from None
+                              f"fewer --workers), or the script that trains lacks {_MAIN_GUARD}") from None
         if from_processes:
             images[j] = result[0]
             result = result[1:]

@@ -448,7 +448,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                                   epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
                                                   warmup_momentum=cfg.warmup_momentum,
                                                   warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
-                    net.update(tree_unflatten(list(layout.unpack(weights if dtype == mx.float32 else weights.astype(dtype), keep_dtype=False).items())))
+                    computed = weights if dtype == mx.float32 else weights.astype(dtype)
+                    net.update(tree_unflatten(list(layout.unpack(computed, keep_dtype=False).items())))
                     targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                     images = mx.array(b.images).astype(dtype) / 255
                     parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
@@ -470,7 +471,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                     if ni - progress.last_opt_step >= step_settings.accumulate:
                         opt.lr.update(step_settings.lr)
                         opt.momentum.update(step_settings.momentum)
-                        weights = opt.step_flat(weights, O.clip_flat(pending))
+                        weights = opt.step(weights, O.clip_flat(pending))
                         net.update(tree_unflatten(list(layout.unpack(weights).items())))
                         ema.update(dict(tree_flatten(net.parameters())))
                         mx.eval(weights, opt.flat_state, ema.flat)

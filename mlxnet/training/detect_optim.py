@@ -91,7 +91,6 @@ class FlatLayout:
         return out
 
 
-
 class GroupedOptimizer:
     """PyTorch's SGD (Nesterov) or AdamW over flat ``{key: array}`` parameters, with a learning
     rate, momentum and weight decay per group (:data:`GROUPS`), set by the trainer every step.
@@ -130,12 +129,9 @@ class GroupedOptimizer:
             self.flat_state[name] = (state["step"] if name == "step" else
                                      self.layout.pack({k: state[f"{name}.{k}"] for k in self.layout.keys}))
 
-    def step(self, params: Mapping[str, mx.array], grads: Mapping[str, mx.array]) -> dict[str, mx.array]:
-        """The parameters after one step (lazy; evaluate them with :attr:`state`)."""
-        return self.layout.unpack(self.step_flat(self.layout.pack(params), self.layout.pack(grads)))
-
-    def step_flat(self, params: mx.array, grads: mx.array) -> mx.array:
-        """:meth:`step` on packed vectors (``self.layout``)."""
+    def step(self, params: mx.array, grads: mx.array) -> mx.array:
+        """The packed parameters (``self.layout``) after one step with the packed gradients (lazy;
+        evaluate them with :attr:`flat_state`)."""
         hyper = mx.array([[self.lr[g], self.momentum[g], self.decay[g]] for g in GROUPS], mx.float32)
         out, self.flat_state = self._update(params, grads, self.flat_state, hyper)
         return out
@@ -166,15 +162,9 @@ class GroupedOptimizer:
         return p - (lr / (1 - b1 ** t)) * m / denom, m, v
 
 
-def clip_by_global_norm(grads: Mapping[str, mx.array], max_norm: float = MAX_GRAD_NORM) -> dict[str, mx.array]:
-    """PyTorch's clip_grad_norm_: every gradient scaled by min(1, max_norm / (norm + 1e-6))."""
-    norm = mx.sqrt(sum(mx.sum(mx.square(g.astype(mx.float32))) for g in grads.values()))
-    scale = mx.minimum(max_norm / (norm + 1e-6), 1.0)
-    return {k: g * scale for k, g in grads.items()}
-
-
 def clip_flat(grads: mx.array, max_norm: float = MAX_GRAD_NORM) -> mx.array:
-    """:func:`clip_by_global_norm` on a packed gradient vector."""
+    """PyTorch's clip_grad_norm_ on a packed gradient vector (:class:`FlatLayout`): every
+    gradient scaled by min(1, max_norm / (norm + 1e-6))."""
     norm = mx.sqrt(mx.sum(mx.square(grads)))
     return grads * mx.minimum(max_norm / (norm + 1e-6), 1.0)
 
