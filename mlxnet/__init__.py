@@ -37,6 +37,7 @@ blas_info = _blas.blas_info
 malloc_info = _malloc.malloc_info
 native_info = _native.native_info
 cuda_graphs_info = _cuda_graphs.cuda_graphs_info
+cuda_kernels_info = ops.core.cuda_build.info
 
 
 def tune_cpu() -> None:
@@ -85,7 +86,7 @@ def tune_gpu(low_memory: bool = False, memory_limit: int | None = None) -> None:
 
 __all__ = [
     "GPU_MEMORY_SETTINGS", "MlxnetError", "available_devices", "backend", "blas_info", "compile_enabled",
-    "current_device", "cuda_graphs_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu",
+    "current_device", "cuda_graphs_info", "cuda_kernels_info", "kernels_enabled", "malloc_info", "native_info", "nn", "ops", "tune_cpu",
     "tune_gpu", "use_compile",
     "use_device", "use_kernels", "__version__",
 ]

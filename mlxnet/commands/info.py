@@ -34,6 +34,7 @@ def info(device: Optional[str] = grammar.device()) -> None:
                   "0: MLX waits for each kernel before queueing the next (MLXNET_GPU_MEMORY=min)")
     if mlxnet.backend() == "cuda":
         table.add_row("GPU dispatch", mlxnet.cuda_graphs_info())
+        table.add_row("custom kernels' build", mlxnet.cuda_kernels_info())
     # On the CPU, build or load them now, so the row says what the ops will use.
     table.add_row("CPU primitives", mlxnet.native_info(build=mlxnet.backend() == "cpu"))
     if mlxnet.backend() != "cpu":

@@ -47,6 +47,7 @@ import mlx.core as mx
 
 from ...device import backend
 from ...errors import MlxnetError
+from . import cuda_build
 
 _METAL_HEADER = """
 #define MX_FN inline
@@ -253,6 +254,7 @@ class PortableKernel:
     # through its ``X_strides`` (MLX otherwise copies a non-contiguous input first).
     row_contiguous: bool = True
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
+    _cuda: dict[tuple, tuple[str, bytes] | None] = field(default_factory=dict, repr=False)
     built: set[tuple] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
@@ -308,7 +310,35 @@ class PortableKernel:
     def launch(self, launch: Launch) -> list[mx.array]:
         target = backend()
         self.built.add((target, tuple((k, str(v)) for k, v in launch.template)))
+        if target == "cuda":
+            built = self.cuda_binary(launch)
+            if built is not None:
+                symbol, code = built
+                kwargs = launch.call_kwargs()
+                kwargs.pop("template")
+                return mx.fast.precompiled_cuda_kernel(
+                    name=symbol, compiled_source=code, inputs=list(launch.inputs), scalars=[],
+                    ensure_row_contiguous=self.row_contiguous, **kwargs)
         return self.handle(target)(inputs=list(launch.inputs), **launch.call_kwargs())
+
+    def cuda_source(self, launch: Launch) -> tuple[str, str] | None:
+        """(symbol, whole CUDA source) of this launch for mlxnet's once-per-machine build; None
+        for a body that needs MLX's generated signature."""
+        header, body = render(self.filename, self.kernel, "cuda")
+        if cuda_build.needs_mlx_signature(body, self.input_names):
+            return None
+        args = (header, body, self.input_names, [x.dtype for x in launch.inputs], self.output_names,
+                launch.output_dtypes, launch.template)
+        symbol = cuda_build.symbol_for(self.name, cuda_build.kernel_source("KERNEL", *args))
+        return symbol, cuda_build.kernel_source(symbol, *args)
+
+    def cuda_binary(self, launch: Launch) -> tuple[str, bytes] | None:
+        key = (launch.template, tuple(x.dtype for x in launch.inputs), launch.output_dtypes)
+        if key not in self._cuda:
+            made = self.cuda_source(launch)
+            code = None if made is None else cuda_build.binary(*made)
+            self._cuda[key] = None if code is None else (made[0], code)
+        return self._cuda[key]
 
 
 def _generated_metal_source(launch: Launch) -> str:
