@@ -27,8 +27,9 @@ from mlxnet.image import ImageInput, as_rgb, as_rgb_images
 from mlxnet.weights import (Checkpoint, count_mismatch, Description, FoldBN, Record, WeightSpec, load_variant, names_of,
                             random_init, register_spec)
 
-from .yolo_arch import ARCHITECTURES, YOLONet
+from .yolo_arch import ARCHITECTURES, COCO_KEYPOINTS, TASKS, YOLONet, best_pairs, layout_of, task_architecture
 from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
+from .yolo_instances import instance_masks, keypoints_to_image
 from .yolo_val import detections as val_detections
 from .yolo_process import (Detections, Letterboxed, coco80_names, end2end_detections, letterbox, letterbox_to,
                            postprocess_batch)
@@ -75,7 +76,7 @@ def yolov8x(nc: int = 80) -> YOLOv8:
 # The families the architecture builder (models/yolo_arch.py) makes: YOLOv8's own class (its
 # layers fixed, the training code's network) and YOLO11 / YOLO26 built from their architectures.
 FAMILIES = ("yolov8", "yolo11", "yolo26")
-MODELS = tuple(f"{family}{s}" for family in FAMILIES for s in SCALES)
+MODELS = tuple(f"{family}{s}{suffix}" for suffix in TASKS.values() for family in FAMILIES for s in SCALES)
 _STEM = "model.0.conv.weight"  # output axis: the width, which names the scale
 _HEAD = {"yolov8": 22, "yolo11": 23, "yolo26": 23}  # the Detect row
 _DISPLAY = {"yolov8": "YOLOv8", "yolo11": "YOLO11", "yolo26": "YOLO26"}
@@ -108,7 +109,8 @@ def _yaml_and_names(ckpt: Checkpoint) -> tuple[dict, object]:
 
 
 def describe_checkpoint(ckpt: Checkpoint) -> Description:
-    """Family, scale, class count and names of a YOLOv8 / YOLO11 / YOLO26 detection checkpoint:
+    """Family, scale, task, class count and names of a YOLOv8 / YOLO11 / YOLO26 checkpoint (detect,
+    segment or pose; a pose model's keypoint shape too):
     from mlxnet metadata, an ultralytics pickle's ``yaml``/``names``, and the tensors' shapes (the
     stem's width and the depth of the first C2f / C3k2 give the scale, the class branch's last
     conv the class count), which must agree."""
@@ -117,10 +119,13 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     shapes = ckpt.shapes()
     yaml, names = _yaml_and_names(ckpt)
     family = _family_of(ckpt, shapes, yaml)
-    task = next((t for t, mark in (("segment", ".proto."), ("pose", ".cv4.")) if any(mark in k for k in shapes)), None)
-    if task is not None:
-        raise MlxnetError(f"{ckpt.path}: a {_DISPLAY[family]} {task} checkpoint; the commands read detection checkpoints only "
-                          f"for now (mlxnet.models.yolo_arch builds its network)")
+    head = f"model.{_HEAD[family]}"
+    task = next((t for t, mark in (("segment", ".proto."), ("pose", ".cv4")) if any(k.startswith(head + mark) for k in shapes)),
+                "detect")
+    said_model = ckpt.metadata.get("model", "") if ckpt.converted else ""
+    if said_model in MODELS and split_variant(said_model)[2] != task:
+        raise MlxnetError(f"{ckpt.path}: its metadata says it holds a {said_model}, but its tensors are a {task} "
+                          f"model's")
     classes = f"model.{_HEAD[family]}.cv3.0.2.weight"
     if _STEM not in shapes or classes not in shapes:
         found = ", ".join(list(shapes)[:3]) or "no tensors"
@@ -146,28 +151,55 @@ def describe_checkpoint(ckpt: Checkpoint) -> Description:
     names = names_of(names, str(ckpt.path)) if names is not None else None
     if names is not None and len(names) != nc:
         raise MlxnetError(f"{ckpt.path}: {count_mismatch(names, nc)}")
-    return Description(f"{family}{scale}", {"nc": nc}, names)
+    config: dict[str, Any] = {"nc": nc}
+    if task == "pose":
+        config["kpt_shape"] = _keypoint_shape(ckpt, shapes, yaml, head)
+    return Description(f"{family}{scale}{TASKS[task]}", config, names)
 
 
-def build_variant(variant: str, nc: int = 80, fold_bn: bool = False) -> YOLONet:
-    """The network of a model id (``yolov8s``, ``yolo11n``...) for ``nc`` classes."""
-    family, scale = variant[:-1], variant[-1]
-    if family not in FAMILIES or scale not in SCALES:
+def _keypoint_shape(ckpt: Checkpoint, shapes: dict, yaml: dict, head: str) -> tuple[int, int]:
+    """A pose checkpoint's (keypoints, dims): its yaml's or metadata's ``kpt_shape``, which must fit
+    the keypoint branch's width; without one, 3 dims (x, y, visibility) where the width allows."""
+    width = next(shapes[k][0] for k in (f"{head}.cv4_kpts.0.weight", f"{head}.cv4.0.2.weight") if k in shapes)
+    said = yaml.get("kpt_shape") or (ckpt.meta_json("kpt_shape") if ckpt.converted else None)
+    if said is not None:
+        shape = tuple(int(v) for v in said)
+        if len(shape) != 2 or shape[1] not in (2, 3) or shape[0] * shape[1] != width:
+            raise MlxnetError(f"{ckpt.path}: kpt_shape {list(shape)} does not fit its keypoint branch of {width} outputs")
+        return shape  # type: ignore[return-value]
+    return (width // 3, 3) if width % 3 == 0 else (width // 2, 2)
+
+
+def split_variant(variant: str) -> tuple[str, str, str]:
+    """A model id's (family, scale, task): ``yolo11s-seg`` -> (yolo11, s, segment)."""
+    base, _, suffix = variant.partition("-")
+    task = next((t for t, tail in TASKS.items() if tail == (f"-{suffix}" if suffix else "")), None)
+    family, scale = base[:-1], base[-1:]
+    if family not in FAMILIES or scale not in SCALES or task is None:
         raise MlxnetError(f"unknown model {variant!r}: expected one of {', '.join(MODELS)}")
-    if family == "yolov8":
+    return family, scale, task
+
+
+def build_variant(variant: str, nc: int = 80, fold_bn: bool = False,
+                  kpt_shape: Sequence[int] = COCO_KEYPOINTS) -> YOLONet:
+    """The network of a model id (``yolov8s``, ``yolo11n-seg``, ``yolo26m-pose``...) for ``nc``
+    classes (and a pose model's ``kpt_shape`` keypoints)."""
+    family, scale, task = split_variant(variant)
+    if family == "yolov8" and task == "detect":
         return YOLOv8(scale, nc, fold_bn=fold_bn)
-    return YOLONet(ARCHITECTURES[family], scale, nc, fold_bn, family=family)
+    return YOLONet(task_architecture(family, task, kpt_shape), scale, nc, fold_bn, family=family)
 
 
 _REPOS = {"yolov8": "Ultralytics/YOLOv8", "yolo11": "Ultralytics/YOLO11", "yolo26": "Ultralytics/YOLO26"}
-for _f, _s in itertools.product(FAMILIES, SCALES):
+for _id in MODELS:
     register_spec(WeightSpec(
-        id=f"{_f}{_s}", repo=_REPOS[_f], filename=f"{_f}{_s}.pt", checkpoint_key=None,
+        id=_id, repo=_REPOS[split_variant(_id)[0]], filename=f"{_id}.pt", checkpoint_key=None,
         keys=[(r"(model\.\d+\..*)", r"\1")],
-        drop=[r".*\.num_batches_tracked"],
-        layouts=lambda key, shape: "conv2d" if len(shape) == 4 else None,
+        # Training-only parts: batch counters, YOLO26-pose's flow model.
+        drop=[r".*\.num_batches_tracked", r".*\.flow_model\..*"],
+        layouts=lambda key, shape: layout_of(key, tuple(shape)) if len(shape) == 4 else None,
         fold_bn=[FoldBN(r"(.*(?<!\.dfl))\.conv", r"\1.bn", eps=BN_EPS)],
-        build=lambda fold_bn=False, nc=80, _f=_f, _s=_s: build_variant(f"{_f}{_s}", nc, fold_bn),
+        build=lambda fold_bn=False, nc=80, kpt_shape=COCO_KEYPOINTS, _id=_id: build_variant(_id, nc, fold_bn, kpt_shape),
         describe=describe_checkpoint,
     ))
 
@@ -333,6 +365,12 @@ class YOLO:
         for members in same_shape.values():
             rows = [items[i].pixels for i in members]
             rows += rows[-1:] * max(0, (batch_size or 0) - len(rows))
+            if self.net.task != "detect":
+                found_instances = self._instances(rows, [items[i] for i in members], conf=conf, iou=iou,
+                                                  max_det=max_det, agnostic=agnostic, classes=classes, nms=nms)
+                for i, det in zip(members, found_instances):
+                    results[i] = det
+                continue
             if nms:
                 found = postprocess_batch(self._forward(rows), conf=conf, iou=iou, max_det=max_det,
                                           agnostic=agnostic, classes=classes, images=len(members))
@@ -341,6 +379,36 @@ class YOLO:
             for i, det in zip(members, found):
                 results[i] = Detections(items[i].to_image(det[:, :4]), det[:, 4], det[:, 5].astype(np.int32),
                                         self.names)
+        return results
+
+    def _instances(self, pixels: Sequence[np.ndarray], items: Sequence[Letterboxed], *, conf: float, iou: float,
+                   max_det: int, agnostic: bool, classes: Sequence[int] | None, nms: bool) -> list[Detections]:
+        """A segment or pose model's detections, each with its mask or keypoints
+        (:mod:`.yolo_instances`)."""
+        out = self.net.task_outputs(self._input(pixels), one2one=not nms)
+        if nms:
+            found = postprocess_batch(out["detections"], conf=conf, iou=iou, max_det=max_det, agnostic=agnostic,
+                                      classes=classes, images=len(items), anchors=True)
+        else:
+            d = out["detections"].astype(mx.float32)
+            rows, anchors = best_pairs(mx.concatenate([d[..., :2] - d[..., 2:4] / 2, d[..., :2] + d[..., 2:4] / 2], -1),
+                                       d[..., 4:], max_det)
+            found = end2end_detections(rows, conf=conf, classes=classes, anchors=anchors)[:len(items)]
+        extras = {k: v for k, v in out.items() if k != "detections"}
+        results = []
+        for b, (item, (det, anchor)) in enumerate(zip(items, found)):
+            boxes = item.to_image(det[:, :4])
+            masks = keypoints = None
+            if "protos" in extras:
+                coefficients = extras["mask_coefficients"][b][mx.array(anchor.astype(np.int32))]
+                masks = instance_masks(extras["protos"][b], coefficients, boxes, item.image_hw)
+                keep = masks.any(axis=(1, 2))  # as ultralytics: a detection whose mask is empty is dropped
+                det, boxes, masks = det[keep], boxes[keep], masks[keep]
+            if "keypoints" in extras:
+                points = np.array(extras["keypoints"][b][mx.array(anchor.astype(np.int32))].astype(mx.float32))
+                points = points.reshape(len(anchor), *self.net.head.kpt_shape)
+                keypoints = keypoints_to_image(points, item.pixels.shape[:2], item.image_hw)
+            results.append(Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names, masks, keypoints))
         return results
 
     def _forward(self, pixels: Sequence[np.ndarray]) -> mx.array:

@@ -14,7 +14,7 @@ checkpoint's keys (``model.23.cv3.0.0.0.conv.weight``) are the network's paramet
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -132,6 +132,28 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
+TASKS = {"detect": "", "segment": "-seg", "pose": "-pose"}  # a task's suffix on the model ids
+COCO_KEYPOINTS = (17, 3)  # ultralytics' pose models: COCO's 17 keypoints, x, y and visibility
+
+
+def task_architecture(family: str, task: str, kpt_shape: Sequence[int] = COCO_KEYPOINTS) -> dict[str, Any]:
+    """A family's architecture for ``task``: ultralytics' ``<family>-seg.yaml`` /
+    ``<family>-pose.yaml`` differ from the detection yaml in the last row only (Segment with 32
+    masks from a 256-wide prototype branch; Pose with ``kpt_shape``; YOLO26 their ``26`` forms)."""
+    if task not in TASKS:
+        raise MlxnetError(f"unknown task {task!r}: expected one of {', '.join(TASKS)}")
+    arch = dict(ARCHITECTURES[family])
+    if task == "detect":
+        return arch
+    head = [list(r) for r in arch["head"]]
+    kind = {"segment": "Segment", "pose": "Pose"}[task] + ("26" if family == "yolo26" else "")
+    head[-1] = [head[-1][0], 1, kind, ["nc", 32, 256] if task == "segment" else ["nc", "kpt_shape"]]
+    arch["head"] = head
+    if task == "pose":
+        arch["kpt_shape"] = [int(v) for v in kpt_shape]
+    return arch
+
+
 # --- the builder -----------------------------------------------------------------------------
 
 HEADS = ("Detect", "Segment", "Segment26", "Pose", "Pose26")  # the last row: the task's head
@@ -246,16 +268,7 @@ class YOLONet(nn.Module):
             raise MlxnetError("this model has no one-to-one head (only YOLO26-style end-to-end models do)")
         maps = [m for level in self.head_outputs(x, one2one=True) for m in level]
         decoded = direct_decode(maps, STRIDES, xywh=False)
-        boxes, scores = decoded[..., :4], decoded[..., 4:]
-        n, anchors, nc = scores.shape
-        k = min(max_det, anchors)
-        best = mx.argsort(-scores.max(axis=-1), axis=-1)[:, :k]                       # (N, K) anchors
-        scores = mx.take_along_axis(scores, best[..., None], axis=1).reshape(n, k * nc)
-        order = mx.argsort(-scores, axis=-1)[:, :k]                                    # (N, K) pairs
-        anchor = mx.take_along_axis(best, order // nc, axis=1)
-        picked = mx.take_along_axis(boxes, anchor[..., None], axis=1)
-        top = mx.take_along_axis(scores, order, axis=1)
-        return mx.concatenate([picked, top[..., None], (order % nc).astype(mx.float32)[..., None]], axis=-1)
+        return best_pairs(decoded[..., :4], decoded[..., 4:], max_det)[0]
 
     def train_outputs(self, x: mx.array) -> mx.array:
         return self.head.raw(self.features(x))
@@ -266,6 +279,22 @@ class YOLONet(nn.Module):
             if isinstance(module, Conv):
                 module.fuse()
         return self
+
+
+def best_pairs(boxes: mx.array, scores: mx.array, max_det: int) -> tuple[mx.array, mx.array]:
+    """An end-to-end head's best ``max_det`` (anchor, class) pairs from its xyxy boxes (N, A, 4)
+    and class scores (N, A, nc): rows (N, K, 6) [x1, y1, x2, y2, score, class], best first, and
+    each row's anchor (N, K). The anchors are first cut to the K with the best class score."""
+    n, anchors, nc = scores.shape
+    k = min(max_det, anchors)
+    best = mx.argsort(-scores.max(axis=-1), axis=-1)[:, :k]                       # (N, K) anchors
+    scores = mx.take_along_axis(scores, best[..., None], axis=1).reshape(n, k * nc)
+    order = mx.argsort(-scores, axis=-1)[:, :k]                                    # (N, K) pairs
+    anchor = mx.take_along_axis(best, order // nc, axis=1)
+    picked = mx.take_along_axis(boxes, anchor[..., None], axis=1)
+    top = mx.take_along_axis(scores, order, axis=1)
+    rows = mx.concatenate([picked, top[..., None], (order % nc).astype(mx.float32)[..., None]], axis=-1)
+    return rows, anchor
 
 
 def _as_parts(y: Any) -> list[mx.array]:

@@ -93,9 +93,11 @@ def _check_thresholds(conf: float, iou: float) -> None:
 
 def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
                       agnostic: bool = False, max_nms: int = MAX_NMS,
-                      classes: Sequence[int] | None = None, images: int | None = None) -> list[np.ndarray]:
+                      classes: Sequence[int] | None = None, images: int | None = None,
+                      anchors: bool = False) -> list:
     """A batch's (B, A, 4 + nc) head output -> per image (K, 6) float32 [x1, y1, x2, y2, score,
-    class], highest score first, in the network input's pixels. ``classes``: keep only anchors
+    class], highest score first, in the network input's pixels (``anchors``: with the (K,)
+    anchor index of each, where a segment or pose model's other outputs are read). ``classes``: keep only anchors
     whose best class is one of these, before the max_nms cut and NMS, as ultralytics does (an
     anchor whose best class is another is dropped, not given its best listed class).
     ``images``: only the first this many rows are images (the rest filled a fixed batch size):
@@ -112,28 +114,33 @@ def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, m
     mx.eval(*found)
     boxes_all, best_all, cls_all = (np.array(a) for a in found)
     wanted_classes = None if classes is None else np.asarray(classes, dtype=np.int64)
-    return [_image_detections(boxes_all[i], best_all[i], cls_all[i], conf, iou, max_det, agnostic, max_nms,
-                              wanted_classes) for i in range(pred.shape[0] if images is None else images)]
+    found = [_image_detections(boxes_all[i], best_all[i], cls_all[i], conf, iou, max_det, agnostic, max_nms,
+                               wanted_classes) for i in range(pred.shape[0] if images is None else images)]
+    return found if anchors else [det for det, _ in found]
 
 
-def end2end_detections(rows: mx.array, *, conf: float = 0.25, classes: Sequence[int] | None = None) -> list[np.ndarray]:
+def end2end_detections(rows: mx.array, *, conf: float = 0.25, classes: Sequence[int] | None = None,
+                       anchors: mx.array | None = None) -> list:
     """An end-to-end head's (B, K, 6) best rows [x1, y1, x2, y2, score, class] -> per image those
     above ``conf`` (and of ``classes``), best first, as ultralytics' predictor keeps them with
-    ``nms=False``: no suppression."""
+    ``nms=False``: no suppression. Given the rows' ``anchors`` (B, K), each image's kept rows
+    come with theirs."""
     _check_thresholds(conf, 0.5)
     rows = np.array(rows.astype(mx.float32))
+    where = None if anchors is None else np.array(anchors)
     out = []
-    for r in rows:
+    for b, r in enumerate(rows):
         keep = r[:, 4] > conf
         if classes is not None:
             keep &= np.isin(r[:, 5].astype(np.int64), np.asarray(classes, dtype=np.int64))
-        out.append(r[keep])
+        out.append(r[keep] if where is None else (r[keep], where[b][keep]))
     return out
 
 
 def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, iou: float,
-                      max_det: int, agnostic: bool, max_nms: int, classes: np.ndarray | None) -> np.ndarray:
-    """One image's anchors (boxes, best score, best class) -> its detections."""
+                      max_det: int, agnostic: bool, max_nms: int, classes: np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """One image's anchors (boxes, best score, best class) -> its detections and their anchors."""
     wanted = best > conf
     if classes is not None:
         wanted &= np.isin(cls, classes)
@@ -144,11 +151,11 @@ def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf:
     # of it is NaN, and a NaN in --json output is not JSON.
     cand = cand[np.isfinite(xywh[cand]).all(axis=1)]
     if cand.size == 0:
-        return np.zeros((0, 6), np.float32)
+        return np.zeros((0, 6), np.float32), cand
     boxes, score, label = xywh2xyxy(xywh[cand]), best[cand], cls[cand]
     keep = np.array(ops.nms(mx.array(boxes), mx.array(score), None if agnostic else mx.array(label),
                             iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
-    return np.concatenate([boxes[keep], score[keep, None], label[keep, None].astype(np.float32)], axis=1)
+    return np.concatenate([boxes[keep], score[keep, None], label[keep, None].astype(np.float32)], axis=1), cand[keep]
 
 
 def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
@@ -202,12 +209,15 @@ class Letterboxed:
 
 @dataclass
 class Detections:
-    """One image's detections: boxes (K, 4) xyxy in image pixels, scores (K,), classes (K,)."""
+    """One image's detections: boxes (K, 4) xyxy in image pixels, scores (K,), classes (K,);
+    a segment model's instance masks and a pose model's keypoints beside them."""
 
     boxes: np.ndarray
     scores: np.ndarray
     classes: np.ndarray
     names: tuple[str, ...]
+    masks: np.ndarray | None = None  # segment models: (K, H, W) bool, on the image
+    keypoints: np.ndarray | None = None  # pose models: (K, P, 3) x, y, visibility (or (K, P, 2)), on the image
 
     def __len__(self) -> int:
         return len(self.scores)

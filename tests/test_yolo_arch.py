@@ -129,16 +129,30 @@ def test_the_builder_on_the_gpu(name):
         np.testing.assert_allclose(e2e[..., 4], np.array(GOLD[f"{name}.e2e"])[..., 4], atol=2e-3)
 
 
-def test_a_segment_checkpoint_is_refused_by_the_detect_commands_in_one_line(tmp_path):
+@pytest.mark.parametrize("name", ["yolo11n-seg", "yolo26n-pose"])
+def test_segment_and_pose_checkpoints_load_as_their_task(name, tmp_path):
+    """A converted file of a segment or pose network loads as that model, and its predictions
+    carry masks or keypoints; a file whose metadata names another task is refused in one line."""
     from mlxnet.models.yolo import YOLO
     from mlxnet.weights import save_converted
 
-    net = build(META["yolo11n-seg"]["yaml"])
-    path = save_converted(tmp_path / "seg.safetensors", dict(tree_flatten(net.parameters())), "yolo11n", {"nc": 80},
-                          None, source="test")
+    net = seeded_net(name)
+    params = dict(tree_flatten(net.parameters()))
+    path = save_converted(tmp_path / "task.safetensors", params, name, {"nc": net.nc}, None, source="test")
+    yolo = YOLO.from_pretrained(str(path))
+    assert yolo.net.task == ("segment" if name.endswith("-seg") else "pose")
+    found = yolo.predict(np.full((96, 128, 3), 90, np.uint8), conf=0.0, imgsz=64, max_det=5)
+    assert len(found) > 0
+    if name.endswith("-seg"):
+        assert found.masks.shape == (len(found), 96, 128) and found.keypoints is None
+    else:
+        assert found.keypoints.shape == (len(found), 17, 3) and found.masks is None
+        assert (found.keypoints[..., 0] <= 128).all() and (found.keypoints[..., 2] <= 1).all()
+    wrong = save_converted(tmp_path / "wrong.safetensors", params, name.split("-")[0], {"nc": net.nc}, None,
+                           source="test")
     with pytest.raises(MlxnetError) as err:
-        YOLO.from_pretrained(str(path))
-    assert "a YOLO11 segment checkpoint" in str(err.value) and "\n" not in str(err.value)
+        YOLO.from_pretrained(str(wrong))
+    assert f"holds a {name.split('-')[0]}" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name, with_yaml", [("yolo11n", True), ("yolo26n", True), ("yolo26n", False)])

@@ -73,3 +73,63 @@ def _same_detections(ours, theirs) -> None:
     for row in got:  # each of ours is one of theirs: same class, score within 1e-3, box within 0.5 px
         match = (ref[:, 5] == row[5]) & (np.abs(ref[:, 4] - row[4]) <= 1e-3) & (np.abs(ref[:, :4] - row[:4]).max(1) <= 0.5)
         assert match.any(), row
+
+
+def _saved_task_checkpoint(name: str, path):
+    """An ultralytics checkpoint of ``name`` (a -seg or -pose model) with seeded weights, saved
+    as ultralytics saves one (the task in its training arguments)."""
+    import torch
+
+    model = golden_script("reference").seeded_task_model(f"{name}.yaml", 1234, 2.5, 5.0)
+    if name.startswith("yolo26"):  # as the detection test: positive distances, scores short of 1
+        with torch.no_grad():
+            for key, value in model.state_dict().items():
+                if re.fullmatch(r"model\.23\.(one2one_)?cv2\.\d\.2\.(weight|bias)", key):
+                    value.mul_(0.05).add_(2.0 if key.endswith("bias") else 0.0)
+                elif re.fullmatch(r"model\.23\.(one2one_)?cv3\.\d\.2\.(weight|bias)", key):
+                    value.mul_(0.02)
+    task = "segment" if name.endswith("-seg") else "pose"
+    torch.save({"model": model.half(), "ema": None, "epoch": -1, "optimizer": None, "train_args": {"task": task}}, path)
+
+
+@pytest.mark.parametrize("name", ["yolov8n-seg", "yolo11n-seg", "yolo26n-seg", "yolov8n-pose", "yolo11n-pose",
+                                  "yolo26n-pose"])
+def test_segment_and_pose_checkpoints_predict_as_ultralytics(name, tmp_path, monkeypatch):
+    """Masks as ultralytics' native-resolution path (``retina_masks=True``) makes them, IoU >= 0.99
+    each; keypoints within 0.5 px (and their visibility within 1e-3); boxes as detection's. YOLO26
+    with and without NMS (its one-to-one head)."""
+    from ultralytics import YOLO as UltralyticsYOLO
+
+    from mlxnet.models.yolo import YOLO
+
+    monkeypatch.setenv("YOLO_OFFLINE", "1")
+    path = tmp_path / f"{name}.pt"
+    _saved_task_checkpoint(name, path)
+    ours_model = YOLO.from_pretrained(str(path))
+    for nms in (True, False) if name.startswith("yolo26") else (True,):
+        theirs = UltralyticsYOLO(str(path)).predict(str(BUS), imgsz=320, conf=0.25, retina_masks=True,
+                                                    nms=None if nms else False, verbose=False)[0]
+        ours = ours_model.predict(str(BUS), imgsz=320, conf=0.25, nms=nms)
+        _same_instances(ours, theirs, name)
+
+
+def _same_instances(ours, theirs, name: str) -> None:
+    assert len(theirs.boxes) > 0 and len(ours) == len(theirs.boxes)
+    ref = np.concatenate([theirs.boxes.xyxy.numpy(), theirs.boxes.conf.numpy()[:, None],
+                          theirs.boxes.cls.numpy()[:, None]], axis=1)
+    got = np.concatenate([ours.boxes, ours.scores[:, None], ours.classes[:, None]], axis=1)
+    for i, row in enumerate(got):
+        # Theirs of the same class, score and box (random weights can tie several): one of them
+        # must have our mask (IoU >= 0.99) or our keypoints (0.5 px; visibility 1e-3).
+        same = np.nonzero((ref[:, 5] == row[5]) & (np.abs(ref[:, 4] - row[4]) <= 1e-3)
+                          & (np.abs(ref[:, :4] - row[:4]).max(1) <= 0.5))[0]
+        assert same.size, row
+        if name.endswith("-seg"):
+            a = ours.masks[i]
+            ious = [(a & b).sum() / max((a | b).sum(), 1) for b in theirs.masks.data[same].numpy().astype(bool)]
+            assert max(ious) >= 0.99, (i, ious, a.sum())
+        else:
+            kp = theirs.keypoints.data[same].numpy()
+            err = np.maximum(np.abs(kp[..., :2] - ours.keypoints[i][None, :, :2]).max(axis=(1, 2)),
+                             500 * np.abs(kp[..., 2] - ours.keypoints[i][None, :, 2]).max(axis=1))
+            assert err.min() <= 0.5, (i, err)

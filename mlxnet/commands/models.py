@@ -59,9 +59,10 @@ def models(
     if max(len(r["weights"]) for r in rows) + 50 > console.width:
         # Narrow terminal: each model's weights on a line of their own below it, so that no hub
         # file name is split mid-word.
-        print(f"{'model':<12}{'task':<10}{'params':<8}{'input':<7}weights (below)")
+        width = max(len(c[0]) for c in cells) + 2
+        print(f"{'model':<{width}}{'task':<10}{'params':<8}{'input':<7}weights (below)")
         for model, task, params, size, weights in cells:
-            print(f"{model:<12}{task:<10}{params:<8}{size}\n    {weights}")
+            print(f"{model:<{width}}{task:<10}{params:<8}{size}\n    {weights}")
         print(caption)
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption=caption)

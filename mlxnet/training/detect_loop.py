@@ -141,10 +141,12 @@ def _fresh_class_head(new: nn.Module) -> None:
 def _trainable(variant: str | None, source: str) -> None:
     from ..models.yolo import MODELS
 
-    if variant is not None and variant in MODELS and not variant.startswith(TRAINABLE_FAMILIES):
-        trainable = [m for m in MODELS if m.startswith(TRAINABLE_FAMILIES)]
-        raise MlxnetError(f"{source}: a {variant}; train detect trains {', '.join(trainable)} (YOLO26's end-to-end "
-                          "loss is not in mlxnet yet; detect, track and val load it)")
+    trainable = [m for m in MODELS if m.startswith(TRAINABLE_FAMILIES) and "-" not in m]
+    if variant is not None and variant in MODELS and variant not in trainable:
+        why = ("segment and pose losses are not in mlxnet yet" if "-" in variant else
+               "YOLO26's end-to-end loss is not in mlxnet yet")
+        raise MlxnetError(f"{source}: a {variant}; train detect trains {', '.join(trainable)} ({why}; "
+                          "detect, track and val load it)")
 
 
 def build_network(cfg: DetectTrainConfig, names: tuple[str, ...],
