@@ -651,11 +651,13 @@ PALETTE = np.array([
     (255, 149, 200), (255, 55, 199)], dtype=np.uint8)
 
 
-def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], alpha: float = 0.5) -> np.ndarray:
-    """Blend each boolean HW mask onto a copy of the image in its palette colour."""
+def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], alpha: float = 0.5,
+                  colour_ids: Sequence[int] | None = None) -> np.ndarray:
+    """Blend each boolean HW mask onto a copy of the image in its palette colour (the i-th mask's,
+    or ``colour_ids[i]``'s: a detector colours by class)."""
     out = image.astype(np.float32).copy()
     for i, m in enumerate(masks):
-        colour = PALETTE[i % len(PALETTE)].astype(np.float32)
+        colour = PALETTE[(colour_ids[i] if colour_ids is not None else i) % len(PALETTE)].astype(np.float32)
         m = m.astype(bool)
         out[m] = out[m] * (1 - alpha) + colour * alpha
     return np.clip(out, 0, 255).astype(np.uint8)
@@ -712,6 +714,29 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
         draw.text((x1 + 2 - left, top + 1 - upper), label, fill=(255, 255, 255))
         out[upper:lower, left:right] = np.asarray(region)
     return out
+
+
+def draw_keypoints(image: np.ndarray, keypoints: np.ndarray, skeleton: Sequence[tuple[int, int]] = (),
+                   threshold: float = 0.25) -> np.ndarray:
+    """Draw each detection's keypoints (K, P, 2 or 3: x, y and visibility) on a copy of the image:
+    a dot per keypoint whose visibility reaches ``threshold`` (all where there is none) and a
+    line per ``skeleton`` pair of such keypoints, in a colour per keypoint."""
+    pil = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8))
+    draw = ImageDraw.Draw(pil)
+    r = max(2, round(max(image.shape[:2]) / 200))
+    height, width = image.shape[:2]
+    for person in np.asarray(keypoints, dtype=np.float64):
+        seen = person[:, 2] >= threshold if person.shape[1] > 2 else np.ones(len(person), bool)
+        seen &= np.isfinite(person[:, :2]).all(axis=1) & (person[:, 0] > 0) & (person[:, 1] > 0)
+        seen &= (person[:, 0] < width) & (person[:, 1] < height)
+        for a, b in skeleton:
+            if a < len(person) and b < len(person) and seen[a] and seen[b]:
+                draw.line([tuple(person[a, :2]), tuple(person[b, :2])],
+                          fill=tuple(int(c) for c in PALETTE[a % len(PALETTE)]), width=max(1, r // 2 + 1))
+        for j, (x, y) in enumerate(person[:, :2]):
+            if seen[j]:
+                draw.ellipse([x - r, y - r, x + r, y + r], fill=tuple(int(c) for c in PALETTE[j % len(PALETTE)]))
+    return np.asarray(pil)
 
 
 def draw_prompts(image: np.ndarray, points: np.ndarray | None, labels: np.ndarray | None,

@@ -17,6 +17,11 @@ import math
 import mlx.core as mx
 import numpy as np
 
+# COCO's person skeleton: pairs of keypoint indices (nose, eyes, ears, shoulders, elbows,
+# wrists, hips, knees, ankles), as ultralytics draws it.
+COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8),
+                 (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
+
 from .yolo_process import letterbox_ratio_pad
 
 def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray,
@@ -82,3 +87,48 @@ def keypoints_to_image(points: np.ndarray, input_hw: tuple[int, int], image_hw: 
     out[..., 0] = np.clip((out[..., 0] - pad_x) / gain_w, 0, image_hw[1])
     out[..., 1] = np.clip((out[..., 1] - pad_y) / gain_h, 0, image_hw[0])
     return out
+
+
+def mask_outline(mask: np.ndarray) -> np.ndarray:
+    """A mask's outline as one polygon (P, 2) float32 in pixels, as ultralytics' masks2segments
+    (strategy "all") makes it: its outer contours (OpenCV, simple chains), several joined into
+    one path through their closest points; (0, 2) for an empty mask."""
+    import cv2
+
+    contours = cv2.findContours(np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL,
+                                cv2.CHAIN_APPROX_SIMPLE)[0]
+    if not contours:
+        return np.zeros((0, 2), np.float32)
+    parts = [c.reshape(-1, 2).astype(np.int64) for c in contours]
+    return (np.concatenate(_joined(parts)) if len(parts) > 1 else parts[0]).astype(np.float32)
+
+
+def _closest_pair(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    d = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    i, j = np.unravel_index(np.argmin(d), d.shape)
+    return int(i), int(j)
+
+
+def _joined(parts: list[np.ndarray]) -> list[np.ndarray]:
+    """Contours chained into one path: neighbours in the list are linked at their closest points;
+    each contour is rotated to start where it is entered (turned around where it is left before
+    that point) and closed; the path runs forward through the first contour, each middle one's
+    arc up to where it is left, and the last, then back through the middle ones' other arcs."""
+    links: list[list[int]] = [[] for _ in parts]
+    for i in range(1, len(parts)):
+        a, b = _closest_pair(parts[i - 1], parts[i])
+        links[i - 1].append(a)
+        links[i].append(b)
+    last = len(parts) - 1
+    closed, path = [], []
+    for i, (part, ends) in enumerate(zip(parts, links)):
+        if len(ends) == 2 and ends[0] > ends[1]:
+            ends = [len(part) - 1 - e for e in ends]
+            part = part[::-1]
+        part = np.roll(part, -ends[0], axis=0)
+        part = np.concatenate([part, part[:1]])
+        closed.append(part)
+        path.append(part if i in (0, last) else part[:ends[1] - ends[0] + 1])
+    for i in range(last - 1, 0, -1):
+        path.append(closed[i][abs(links[i][1] - links[i][0]):])
+    return path

@@ -23,7 +23,7 @@ import numpy as np
 
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
-from mlxnet.image import draw_boxes, resize_bilinear
+from mlxnet.image import draw_boxes, draw_keypoints, overlay_masks, resize_bilinear
 
 STRIDE = 32
 PAD_VALUE = 114
@@ -227,17 +227,42 @@ class Detections:
         return [self.names[c] for c in self.classes]
 
     def to_list(self) -> list[dict]:
-        """JSON-ready rows: box [x1, y1, x2, y2], score, class id, class name."""
-        return [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 4), "class": int(c),
+        """JSON-ready rows: box [x1, y1, x2, y2], score, class id, class name; a segment model's
+        mask outline as ``segments`` {x: [...], y: [...]} and a pose model's ``keypoints`` {x, y,
+        visible}, in image pixels (the keys of ultralytics' ``Results.summary``)."""
+        rows = [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 4), "class": int(c),
                  "name": self.names[c]} for box, s, c in zip(self.boxes, self.scores, self.classes)]
+        for row, outline in zip(rows, self.outlines() if self.masks is not None else []):
+            row["segments"] = {"x": [round(float(v), 2) for v in outline[:, 0]],
+                               "y": [round(float(v), 2) for v in outline[:, 1]]}
+        for row, points in zip(rows, self.keypoints if self.keypoints is not None else []):
+            row["keypoints"] = {"x": [round(float(v), 2) for v in points[:, 0]],
+                                "y": [round(float(v), 2) for v in points[:, 1]]}
+            if points.shape[1] > 2:
+                row["keypoints"]["visible"] = [round(float(v), 4) for v in points[:, 2]]
+        return rows
+
+    def outlines(self) -> list[np.ndarray]:
+        """Each instance mask's outline, one polygon (P, 2) in image pixels (ultralytics' masks.xy)."""
+        from .yolo_instances import mask_outline
+
+        return [mask_outline(m) for m in (self.masks if self.masks is not None else [])]
 
     def to_dict(self) -> dict:
         return {"detections": self.to_list()}
 
     def render(self, image: np.ndarray) -> np.ndarray:
-        """A copy of ``image`` with each box drawn and labelled "name score", one colour a class."""
+        """A copy of ``image`` with each box drawn and labelled "name score", one colour a class;
+        instance masks blended in under them, keypoints (with COCO's skeleton for 17) over them."""
+        from .yolo_instances import COCO_SKELETON
+
+        if self.masks is not None and len(self.masks):
+            image = overlay_masks(image, self.masks, alpha=0.5, colour_ids=list(self.classes))
         labels = [f"{name} {score:.2f}" for name, score in zip(self.labels, self.scores)]
-        return draw_boxes(image, self.boxes, labels, colour_ids=list(self.classes))
+        out = draw_boxes(image, self.boxes, labels, colour_ids=list(self.classes))
+        if self.keypoints is not None and len(self.keypoints):
+            out = draw_keypoints(out, self.keypoints, COCO_SKELETON if self.keypoints.shape[1] == 17 else ())
+        return out
 
     def summary(self) -> str:
         counts: dict[str, int] = {}

@@ -133,3 +133,47 @@ def _same_instances(ours, theirs, name: str) -> None:
             err = np.maximum(np.abs(kp[..., :2] - ours.keypoints[i][None, :, :2]).max(axis=(1, 2)),
                              500 * np.abs(kp[..., 2] - ours.keypoints[i][None, :, 2]).max(axis=1))
             assert err.min() <= 0.5, (i, err)
+
+
+def test_mask_outlines_are_ultralytics_masks2segments():
+    """Several blobs (joined into one path where they come closest), holes, a lone pixel."""
+    from ultralytics.utils.ops import masks2segments
+
+    from mlxnet.models.yolo_instances import mask_outline
+
+    rng = np.random.default_rng(3)
+    masks = np.zeros((6, 90, 120), bool)
+    for m in masks:
+        for _ in range(rng.integers(1, 6)):
+            y, x, h, w = rng.integers(0, 80), rng.integers(0, 110), rng.integers(1, 30), rng.integers(1, 30)
+            m[y:y + h, x:x + w] = True
+        m[40:45, 50:55] = False
+    masks[5] = False
+    masks[5, 10, 10] = True
+    for m, theirs in zip(masks, masks2segments(masks)):
+        np.testing.assert_array_equal(mask_outline(m), theirs)
+
+
+@pytest.mark.parametrize("name", ["yolo11n-seg", "yolov8n-pose"])
+def test_label_lines_are_ultralytics_save_txt(name, tmp_path, monkeypatch):
+    """The same detections written as --save-txt writes them and as ultralytics' save_txt does."""
+    from ultralytics import YOLO as UltralyticsYOLO
+
+    from mlxnet.commands.detect_outputs import label_lines
+    from mlxnet.models.yolo_process import Detections
+
+    monkeypatch.setenv("YOLO_OFFLINE", "1")
+    path = tmp_path / f"{name}.pt"
+    _saved_task_checkpoint(name, path)
+    r = UltralyticsYOLO(str(path)).predict(str(BUS), imgsz=320, conf=0.25, retina_masks=True, verbose=False)[0]
+    r.save_txt(tmp_path / "theirs.txt", save_conf=True)
+    h, w = r.orig_shape
+    det = Detections(r.boxes.xyxy.numpy(), r.boxes.conf.numpy(), r.boxes.cls.numpy().astype(np.int32),
+                     tuple(r.names.values()),
+                     masks=r.masks.data.numpy().astype(bool) if r.masks is not None else None,
+                     keypoints=r.keypoints.data.numpy() if r.keypoints is not None else None)
+    ours = label_lines(det, w, h, save_conf=True).splitlines()
+    theirs = (tmp_path / "theirs.txt").read_text().splitlines()
+    assert len(ours) == len(theirs) > 0
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(np.array(a.split(), float), np.array(b.split(), float), rtol=1e-5, atol=1e-6)

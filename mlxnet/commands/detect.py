@@ -65,7 +65,7 @@ def detect(
         help=grammar.SOURCES_HELP + " Video files (.mp4, .mov, .mkv, .avi...) too, alone or in folders and patterns: "
              "each written annotated, frame by frame; and live sources (see --source)."),
     output: str = grammar.output(grammar.OUTPUT_HELP + " With one video, a path with a video extension (.mp4)."),
-    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x", "yolov8n"),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x; each also -seg and -pose", "yolov8n"),
     weights: Optional[str] = detector_weights(),
     labels: Optional[Path] = labels_option(),
     conf: float = typer.Option(0.25, "--conf", min=0.0, max=1.0, help="Confidence threshold."),
@@ -79,7 +79,9 @@ def detect(
         show_default=False),
     save_txt: bool = typer.Option(False, "--save-txt",
                                   help="Also write YOLO labels to OUTPUT/labels/NAME.txt: 'class cx cy w h' "
-                                       "normalised to 0-1, one line per detection."),
+                                       "normalised to 0-1, one line per detection (a -seg model: the mask's "
+                                       "outline 'class x1 y1 x2 y2 ...'; a -pose model: the box, then 'x y "
+                                       "visibility' per keypoint)."),
     save_conf: bool = typer.Option(False, "--save-conf", help="With --save-txt: end each line with the score."),
     save_crop: bool = typer.Option(False, "--save-crop",
                                    help="Also save each detection's crop as OUTPUT/crops/CLASS/NAME.jpg (NAME_2.jpg... "
@@ -96,7 +98,10 @@ def detect(
     max_frames: Optional[int] = max_frames_option(),
     show: bool = show_option(),
 ) -> None:
-    """Detect objects in each image or video and write a labelled copy to OUTPUT."""
+    """Detect objects in each image or video and write a labelled copy to OUTPUT.
+
+    A segment checkpoint (yolo11n-seg, a custom -seg .pt) adds each object's mask, a pose
+    checkpoint (yolov8n-pose...) its keypoints: drawn, in --json and in --save-txt."""
     grammar.apply_device(device)
     grammar.check_dtype(dtype)
     import mlxnet

@@ -147,11 +147,24 @@ def _corners(box: np.ndarray, width: int, height: int) -> tuple[float, float, fl
 
 
 def label_lines(det, width: int, height: int, save_conf: bool) -> str:
-    """YOLO label text: ``class cx cy w h [score]``, normalised, one detection per line."""
+    """YOLO label text, normalised, one detection per line, as ultralytics' ``save_txt``:
+    ``class cx cy w h [score]``; a segment model's ``class x1 y1 x2 y2 ... [score]`` (its mask's
+    outline; a mask whose outline has fewer than 3 points has no line); a pose model's box
+    followed by each keypoint's ``x y`` (and visibility)."""
+    outlines = det.outlines() if getattr(det, "masks", None) is not None else None
+    points = getattr(det, "keypoints", None)
     lines = []
-    for box, score, cls in zip(det.boxes, det.scores, det.classes):
+    for i, (box, score, cls) in enumerate(zip(det.boxes, det.scores, det.classes)):
         x1, y1, x2, y2 = _corners(box, width, height)
         values = [(x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height]
+        if outlines is not None:
+            if len(outlines[i]) < 3:
+                continue
+            values = list((outlines[i] / [width, height]).reshape(-1))
+        if points is not None:
+            kp = points[i].astype(np.float64)
+            kp[:, :2] /= [width, height]
+            values += list(kp.reshape(-1))
         if save_conf:
             values.append(float(score))
         lines.append(" ".join([str(int(cls))] + [f"{v:g}" for v in values]))

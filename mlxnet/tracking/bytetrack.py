@@ -24,7 +24,7 @@ class-agnostic, as ultralytics' is: a box's class does not gate its match.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
@@ -191,11 +191,13 @@ class ByteTracker:
     def update_detections(self, detections: Any) -> tuple[Any, np.ndarray]:
         """:meth:`update` for a detector's result (a dataclass with ``boxes``, ``scores`` and
         ``classes``, as ``YOLO.predict`` returns): the same kind of result holding only the
-        detections of confirmed tracks, and their ids."""
+        detections of confirmed tracks, and their ids. Every per-detection array of it (masks,
+        keypoints: any with one row per box) is cut alike."""
         kept, ids = self.update(detections.boxes, detections.scores, detections.classes)
-        tracked = replace(detections, boxes=detections.boxes[kept], scores=detections.scores[kept],
-                          classes=detections.classes[kept])
-        return tracked, ids
+        count = len(detections.boxes)
+        rows = {f.name: getattr(detections, f.name)[kept] for f in fields(detections)
+                if isinstance(getattr(detections, f.name), np.ndarray) and len(getattr(detections, f.name)) == count}
+        return replace(detections, **rows), ids
 
     def _cost(self, tracks: list[_Track], boxes: np.ndarray, scores: np.ndarray | None) -> np.ndarray:
         similarity = iou_matrix(np.array([t.box() for t in tracks]).reshape(-1, 4), boxes)

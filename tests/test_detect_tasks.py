@@ -1,0 +1,86 @@
+"""`mlxnet detect` with segment and pose checkpoints: masks and keypoints drawn, in --json and in
+--save-txt (ultralytics' formats, checked against ultralytics itself in
+test_yolo_arch_reference.py), and carried through tracking."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from mlxnet.image import load_image
+from mlxnet.models.yolo_process import Detections
+from mlxnet.tracking import ByteTracker
+from mlxnet.weights import save_converted
+from test_yolo_arch import seeded_net
+
+BUS = Path(__file__).parent / "fixtures" / "yolo" / "bus.jpg"
+MLXNET = [sys.executable, "-m", "mlxnet"]
+
+
+@pytest.fixture(scope="module", params=["yolo11n-seg", "yolov8n-pose"])
+def checkpoint(request, tmp_path_factory) -> tuple[str, Path]:
+    net = seeded_net(request.param)
+    if request.param.endswith("-seg"):
+        # The seeded mask branch gives logits of about -0.03 everywhere: no pixel of any mask, and
+        # a detection without mask is dropped. Equal coefficients of 1 sum the prototypes instead.
+        for branch in net.head.cv4:
+            branch[2].weight = branch[2].weight * 0
+            branch[2].bias = branch[2].bias * 0 + 1
+    path = tmp_path_factory.mktemp("w") / f"{request.param}.safetensors"
+    save_converted(path, dict(tree_flatten(net.parameters())), request.param, {"nc": net.nc}, None, source="test")
+    return request.param, path
+
+
+def test_detect_draws_writes_and_labels_masks_or_keypoints(checkpoint, tmp_path):
+    name, weights = checkpoint
+    out = tmp_path / "out"
+    done = subprocess.run(MLXNET + ["detect", str(BUS), "-w", str(weights), "-o", str(out), "--imgsz", "320",
+                                    "--conf", "0.05", "--max-det", "8", "--save-txt", "--save-conf", "--json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout.splitlines()[0])
+    found = record["detections"]
+    assert found, "the seeded weights find something at this threshold"
+    lines = (out / "labels" / "bus.txt").read_text().splitlines()
+    image = load_image(BUS)
+    drawn = load_image(out / "bus.jpg")
+    if name.endswith("-seg"):
+        for row in found:
+            xs, ys = np.array(row["segments"]["x"]), np.array(row["segments"]["y"])
+            assert len(xs) == len(ys) > 0 and "keypoints" not in row
+            x1, y1, x2, y2 = row["box"]  # the outline lies inside the box the mask was cut to
+            assert xs.min() >= x1 - 1 and xs.max() <= x2 and ys.min() >= y1 - 1 and ys.max() <= y2
+        # class, then x y pairs normalised to the image, then the score
+        assert all(len(v.split()) % 2 == 0 and len(v.split()) >= 8 for v in lines)
+        values = np.array([float(v) for line in lines for v in line.split()[1:-1]])
+        assert values.min() >= 0 and values.max() <= 1
+    else:
+        for row in found:
+            k = row["keypoints"]
+            assert len(k["x"]) == len(k["y"]) == len(k["visible"]) == 17 and "segments" not in row
+            assert all(0 <= v <= 1 for v in k["visible"])
+            assert all(0 <= x <= image.shape[1] for x in k["x"]) and all(0 <= y <= image.shape[0] for y in k["y"])
+        assert len(lines) == len(found) and all(len(v.split()) == 1 + 4 + 17 * 3 + 1 for v in lines)
+    # The drawing differs from the photo beyond the boxes' outlines alone.
+    assert np.abs(drawn.astype(int) - image.astype(int)).mean() > 1.0
+
+
+def test_tracking_keeps_each_tracks_mask_and_keypoints():
+    boxes = np.array([[10, 10, 50, 50], [60, 60, 90, 90]], np.float32)
+    masks = np.zeros((2, 100, 100), bool)
+    masks[0, 10:50, 10:50] = True
+    masks[1, 60:90, 60:90] = True
+    keypoints = np.random.default_rng(0).random((2, 17, 3)).astype(np.float32)
+    det = Detections(boxes, np.array([0.9, 0.15], np.float32), np.array([0, 0], np.int32), ("a",), masks, keypoints)
+    tracker = ByteTracker()
+    for _ in range(3):
+        kept, ids = tracker.update_detections(det)
+    # The low-scoring box starts no track: only the first detection, with its own mask and points.
+    assert len(kept) == 1 and len(ids) == 1
+    np.testing.assert_array_equal(kept.masks, masks[:1])
+    np.testing.assert_array_equal(kept.keypoints, keypoints[:1])
