@@ -430,13 +430,32 @@ class YOLO:
         return np.array(head.astype(mx.float32))  # MLX is lazy: the forward runs here
 
     def val_detections(self, head: np.ndarray, item: Letterboxed, *, conf: float = 0.001, iou: float = 0.7,
-                       max_det: int = 300, multi_label: bool = True
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                       max_det: int = 300, multi_label: bool = True, anchors: bool = False
+                       ) -> tuple[np.ndarray, ...]:
         """One image's head output -> its detections as ``yolo val`` makes them
         (:mod:`.yolo_val`): xyxy boxes on the network input, the same on the image (clipped),
-        scores and classes, highest score first."""
-        boxes, scores, classes = val_detections(head, conf=conf, iou=iou, max_det=max_det, multi_label=multi_label)
-        return boxes, item.to_image(boxes), scores, classes
+        scores and classes, highest score first (``anchors``: and each one's anchor)."""
+        boxes, scores, classes, *where = val_detections(head, conf=conf, iou=iou, max_det=max_det,
+                                                        multi_label=multi_label, anchors=anchors)
+        return (boxes, item.to_image(boxes), scores, classes, *where)
+
+    def task_head_outputs(self, items: Sequence[Letterboxed]) -> tuple[np.ndarray, dict[str, mx.array]]:
+        """:meth:`head_outputs` of a segment or pose model, with its other outputs (mask
+        coefficients and prototypes, or keypoints on the input), kept on the device."""
+        out = self.net.task_outputs(self._input([item.pixels for item in items]))
+        return np.array(out.pop("detections").astype(mx.float32)), out
+
+    def val_instances(self, extras: dict[str, mx.array], index: int, anchors: np.ndarray, boxes: np.ndarray,
+                      item: Letterboxed) -> np.ndarray:
+        """Batch member ``index``'s masks (K, H, W) or keypoints (K, P, dims) on the image, for
+        the detections of ``anchors`` whose image boxes are ``boxes``."""
+        picked = mx.array(anchors.astype(np.int32))
+        if "protos" in extras:
+            return instance_masks(extras["protos"][index], extras["mask_coefficients"][index][picked], boxes,
+                                  item.image_hw, item.ratio_pad)
+        points = np.array(extras["keypoints"][index][picked].astype(mx.float32))
+        return keypoints_to_image(points.reshape(len(anchors), *self.net.head.kpt_shape), item.pixels.shape[:2],
+                                  item.image_hw, item.ratio_pad)
 
 
 class YOLOFamily(families.ModelFamily):

@@ -22,21 +22,29 @@ import numpy as np
 COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8),
                  (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
 
-from .yolo_process import letterbox_ratio_pad
+from .yolo_process import RatioPad, letterbox_ratio_pad
 
-def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray,
-                   image_hw: tuple[int, int]) -> np.ndarray:
+def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, image_hw: tuple[int, int],
+                   ratio_pad: RatioPad | None = None) -> np.ndarray:
     """(K, H, W) bool masks on the image from the prototypes (mh, mw, nm) of its letterboxed
     input, the detections' coefficients (K, nm) and their boxes on the image (K, 4) xyxy.
 
     Each axis's upsampling, crop and resize are one linear map (two bilinear interpolations
-    composed), so a mask is ``rows @ logits @ cols.T``: two matrix products on the device."""
+    composed), so a mask is ``rows @ logits @ cols.T``: two matrix products on the device.
+    ``ratio_pad``: a letterbox's known gains and padding (``yolo val``'s rect shapes), whose
+    content span the prototypes are sampled over directly; None: the predictor's letterbox,
+    the span from the shapes, as ultralytics' retina path."""
     h, w = image_hw
     k = coefficients.shape[0]
     if k == 0:
         return np.zeros((0, h, w), bool)
     mh, mw, nm = protos.shape
     logits = (coefficients.astype(mx.float32) @ protos.reshape(-1, nm).astype(mx.float32).T).reshape(k, mh, mw)
+    if ratio_pad is not None:
+        (gain_h, gain_w), (pad_x, pad_y) = ratio_pad
+        rows = _span_map(mh, pad_y / 4, (pad_y + h * gain_h) / 4, h)
+        cols = _span_map(mw, pad_x / 4, (pad_x + w * gain_w) / 4, w)
+        return crop_to_boxes(np.array((mx.array(rows) @ logits @ mx.array(cols).T) > 0), boxes)
     gain = min(4 * mh / h, 4 * mw / w)
     pad = (4 * mh - max(round(h * gain), 1)) | (4 * mw - max(round(w * gain), 1))
     f = 4 // math.gcd(4, pad | pad // 2)
@@ -63,6 +71,17 @@ def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:
     return out
 
 
+def _span_map(m: int, lo: float, hi: float, n: int) -> np.ndarray:
+    """(n, m) float32: the span [lo, hi) of an axis of m pixels resampled to n (bilinear)."""
+    src = np.clip(lo + (np.arange(n) + 0.5) * (hi - lo) / n - 0.5, 0, m - 1)
+    low = np.minimum(np.floor(src).astype(np.int64), m - 1)
+    high = np.minimum(low + 1, m - 1)
+    out = np.zeros((n, m))
+    np.add.at(out, (np.arange(n), low), 1 - (src - low))
+    np.add.at(out, (np.arange(n), high), src - low)
+    return out.astype(np.float32)
+
+
 def _axis_map(m: int, f: int, lo: int, hi: int, n: int) -> np.ndarray:
     """(n, m) float32: upsample m by f, keep [lo, hi), resize that to n."""
     up = _bilinear(m, m * f, 1 / f) if f > 1 else np.eye(m)
@@ -80,9 +99,11 @@ def crop_to_boxes(masks: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     return masks & inside_y[:, :, None] & inside_x[:, None, :]
 
 
-def keypoints_to_image(points: np.ndarray, input_hw: tuple[int, int], image_hw: tuple[int, int]) -> np.ndarray:
-    """Keypoints (K, P, 2 or 3) on the letterboxed input -> on the image, clipped to it."""
-    (gain_h, gain_w), (pad_x, pad_y) = letterbox_ratio_pad(input_hw, image_hw)
+def keypoints_to_image(points: np.ndarray, input_hw: tuple[int, int], image_hw: tuple[int, int],
+                       ratio_pad: RatioPad | None = None) -> np.ndarray:
+    """Keypoints (K, P, 2 or 3) on the letterboxed input -> on the image, clipped to it
+    (``ratio_pad``: the letterbox's where known, else from the shapes)."""
+    (gain_h, gain_w), (pad_x, pad_y) = ratio_pad or letterbox_ratio_pad(input_hw, image_hw)
     out = points.astype(np.float32, copy=True)
     out[..., 0] = np.clip((out[..., 0] - pad_x) / gain_w, 0, image_hw[1])
     out[..., 1] = np.clip((out[..., 1] - pad_y) / gain_h, 0, image_hw[0])

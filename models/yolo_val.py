@@ -59,13 +59,14 @@ def highest(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def detections(head: np.ndarray, *, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
-               multi_label: bool = True, agnostic: bool = False,
-               max_nms: int = MAX_NMS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               multi_label: bool = True, agnostic: bool = False, max_nms: int = MAX_NMS,
+               anchors: bool = False) -> tuple[np.ndarray, ...]:
     """One image's head output -> (boxes (K, 4) xyxy in the network input's pixels, scores (K,),
-    classes (K,)), highest score first."""
-    boxes, scores, classes, _ = candidates(np.asarray(head, np.float32), conf, multi_label, max_nms)
+    classes (K,)), highest score first; ``anchors``: and the anchor each came from (K,)."""
+    boxes, scores, classes, where = candidates(np.asarray(head, np.float32), conf, multi_label, max_nms)
     if scores.size == 0:
-        return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32)
+        empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+        return empty + ((np.zeros(0, np.int64),) if anchors else ())
     keep = np.array(ops.nms(mx.array(boxes), mx.array(scores), None if agnostic else mx.array(classes),
                             iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
-    return boxes[keep], scores[keep], classes[keep]
+    return (boxes[keep], scores[keep], classes[keep]) + ((where[keep],) if anchors else ())

@@ -27,9 +27,10 @@ val = typer.Typer(name="val", no_args_is_help=True, rich_markup_mode=None, help=
 val.command("classify", epilog=epilog("val classify"))(_classify)
 
 
-def table(result: Any, names: tuple[str, ...], images: int) -> str:
-    """ultralytics' validation table: all, then each class that has labels."""
-    head = f"{'Class':>22}{'Images':>11}{'Instances':>11}{'Box(P':>11}{'R':>11}{'mAP50':>11}{'mAP50-95)':>11}"
+def table(result: Any, names: tuple[str, ...], images: int, kind: str = "Box") -> str:
+    """ultralytics' validation table: all, then each class that has labels (``kind``: Box, Mask
+    or Pose, what the columns measure)."""
+    head = f"{'Class':>22}{'Images':>11}{'Instances':>11}{kind + '(P':>11}{'R':>11}{'mAP50':>11}{'mAP50-95)':>11}"
     rows = [head, f"{'all':>22}{images:>11}{int(result.labels.sum()):>11}"
                   f"{result.mp:>11.3g}{result.mr:>11.3g}{result.map50:>11.3g}{result.map:>11.3g}"]
     for i, c in enumerate(result.classes.tolist()):
@@ -55,23 +56,37 @@ def stem_id(image: Path) -> int | str:
 
 
 def coco_results(image_id: int | str, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
-                 category: Callable[[int], int | None] = int) -> list[dict]:
+                 category: Callable[[int], int | None] = int, masks: np.ndarray | None = None,
+                 keypoints: np.ndarray | None = None) -> list[dict]:
     """One image's detections as COCO results records; ``category(class)``: the category id of
-    a class index, None for a class the dataset has no category for (left out)."""
+    a class index, None for a class the dataset has no category for (left out). A segment
+    model's masks go in as ``segmentation`` (compressed RLE), a pose model's keypoints as
+    ``keypoints`` (x, y, score per keypoint), as COCOeval's segm and keypoints evaluations read
+    them."""
+    from mlxnet.evaluation.instances import coco_rle
+
     records = []
-    for b, s, c in zip(boxes, scores, classes):
+    for k, (b, s, c) in enumerate(zip(boxes, scores, classes)):
         cid = category(int(c))
         if cid is not None:
-            records.append({"image_id": image_id, "category_id": cid,
-                            "bbox": [round(float(b[0]), 3), round(float(b[1]), 3), round(float(b[2] - b[0]), 3),
-                                     round(float(b[3] - b[1]), 3)], "score": round(float(s), 5)})
+            record = {"image_id": image_id, "category_id": cid,
+                      "bbox": [round(float(b[0]), 3), round(float(b[1]), 3), round(float(b[2] - b[0]), 3),
+                               round(float(b[3] - b[1]), 3)], "score": round(float(s), 5)}
+            if masks is not None:
+                record["segmentation"] = coco_rle(masks[k])
+            if keypoints is not None:
+                points = keypoints[k] if keypoints.shape[-1] > 2 else np.concatenate(
+                    [keypoints[k], np.ones((len(keypoints[k]), 1))], axis=-1)
+                record["keypoints"] = [round(float(v), 3) for v in points.reshape(-1)]
+            records.append(record)
     return records
 
 
 @dataclass
 class Labelled:
     """What val detect measures against, whatever the format: the images, each image's labels
-    (boxes in pixels, class indices of the model) and id for --save-json, and the class names."""
+    (boxes in pixels, class indices of the model) and id for --save-json, and the class names;
+    a YOLO-format dataset's labels with their polygons and keypoints (``instances``)."""
 
     source: str  # the data.yaml or the COCO JSON, as messages name it
     images: list[Path]
@@ -79,6 +94,7 @@ class Labelled:
     image_id: Callable[[Path], int | str]
     category: Callable[[int], int | None]
     names: tuple[str, ...]
+    instances: Callable[[Path, int, int], Any] | None = None
 
 
 def yolo_format(data: Path) -> Labelled:
@@ -87,7 +103,8 @@ def yolo_format(data: Path) -> Labelled:
     dataset = ds.load(data)
     classes = len(dataset.names)
     return Labelled(str(dataset.yaml), dataset.images,
-                    lambda image, w, h: ds.read_labels(image, w, h, classes), stem_id, int, dataset.names)
+                    lambda image, w, h: ds.read_labels(image, w, h, classes), stem_id, int, dataset.names,
+                    lambda image, w, h: ds.read_instances(image, w, h, classes, dataset.kpt_shape))
 
 
 def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]) -> Labelled:
@@ -109,6 +126,30 @@ def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]
                     lambda image: dataset.by_path[str(image)].id, to_category.get, model_names)
 
 
+def instance_overlap(task: str, found: Any, predicted: np.ndarray, pred_boxes: np.ndarray, image_hw: tuple[int, int],
+                     metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(labels, predictions) mask IoU (segment) or OKS (pose) of one image; which labels count;
+    and, for COCOeval's convention, the labels it ignores (a pose label without a visible
+    keypoint; ultralytics counts it, with OKS 0)."""
+    from mlxnet.evaluation import instances as inst
+
+    everyone = np.ones(len(found.classes), bool)
+    if task == "segment":
+        labels = inst.polygon_masks(found.polygons, found.boxes, image_hw)
+        return inst.mask_iou(labels, predicted, found.boxes, pred_boxes), everyone, None
+    if found.keypoints is None:
+        raise MlxnetError("a pose model's keypoints are measured against keypoint labels: the dataset's "
+                          "data.yaml needs its kpt_shape")
+    visible = (found.keypoints[..., 2] > 0).any(axis=1) if found.keypoints.shape[-1] > 2 else everyone
+    points = found.keypoints if found.keypoints.shape[-1] > 2 else np.concatenate(
+        [found.keypoints, np.ones((*found.keypoints.shape[:2], 1))], axis=-1)
+    areas = np.prod(found.boxes[:, 2:] - found.boxes[:, :2], axis=1) * inst.AREA_FROM_BOX
+    oks = inst.keypoint_oks(points, predicted, found.boxes, areas)
+    if metric == "coco":
+        return oks, visible, ~visible
+    return oks * visible[:, None], everyone, None
+
+
 @val.command("detect", epilog=epilog("val detect"))
 def detect(
     data: Path = typer.Argument(..., metavar="DATA",
@@ -120,7 +161,8 @@ def detect(
                                           help="COCO format: the folder the JSON's file_names are relative to "
                                                "(default: ../images/<split>, ../<split>, <split>, images or the "
                                                "JSON's folder, the first holding the first image)."),
-    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x", "yolov8n"),
+    model: Optional[str] = grammar.model("yolov8n|s|m|l|x, yolo11n-x, yolo26n-x; each also -seg and -pose",
+                                         "yolov8n"),
     weights: Optional[str] = detector_weights(),
     conf: float = typer.Option(0.001, "--conf", min=0.0, max=1.0,
                                help="Confidence threshold (ultralytics' val: 0.001, every plausible box)."),
@@ -149,17 +191,19 @@ def detect(
                                              help="Also write the predictions as a COCO results JSON (image_id: "
                                                   "the COCO file's ids, or a YOLO-format image's file stem, a "
                                                   "number where it is one; category_id: the COCO category, or the "
-                                                  "class id; bbox: x, y, w, h in image pixels)."),
+                                                  "class id; bbox: x, y, w, h in image pixels; a -seg model's "
+                                                  "segmentation as RLE, a -pose model's keypoints)."),
 ) -> None:
     """mAP50-95, mAP50, precision and recall, overall and per class, of a detector on the
     dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300,
     multi-label NMS, rect letterbox batches), and the speed: images/s, decode / forward / NMS per
-    image."""
+    image. A segment checkpoint adds the same for its masks (mask IoU), a pose checkpoint for its
+    keypoints (OKS), against a YOLO-format dataset's polygon or keypoint labels."""
     from mlxnet import distributed, families
     from mlxnet.commands.images import Job, Source, load_model
     from mlxnet.commands.pipeline import run_jobs
     from mlxnet.evaluation import coco
-    from mlxnet.evaluation.metrics import METHODS, Stats, ap_per_class, match
+    from mlxnet.evaluation.metrics import METHODS, Stats, ap_per_class, match, match_iou
     from mlxnet.evaluation.rect import batch_shapes, image_hw
     from mlxnet.evaluation.speed import Speed
     from mlxnet.image import load_image
@@ -196,25 +240,49 @@ def detect(
         _, shapes = batch_shapes([sizes[path] for path in known], batch, imgsz)
         target = {path: (int(h), int(w)) for path, (h, w) in zip(known, shapes)}
     stats = Stats()
+    task = detector.net.task
+    if task != "detect" and labelled.instances is None:
+        print(f"note: {labelled.source}: mask and keypoint metrics read YOLO-format labels; boxes only here",
+              file=sys.stderr, flush=True)
+        task = "detect"
+    task_stats = Stats()  # masks (segment) or keypoints (pose)
     predictions: list[dict] = []  # COCO results, for --save-json
     speed = Speed()
 
-    def prepare(job: Job) -> tuple[Any, np.ndarray, np.ndarray]:
+    def prepare(job: Job) -> tuple[Any, np.ndarray, np.ndarray, Any]:
         with speed.timed("decode"):
             image = load_image(job.source.path)
-            boxes, ids = labelled.labels(job.source.path, image.shape[1], image.shape[0])
-            return family.prepare(image, imgsz=imgsz, shape=target.get(str(job.source.path))), boxes, ids
+            if task == "detect":
+                boxes, ids = labelled.labels(job.source.path, image.shape[1], image.shape[0])
+                found = None
+            else:
+                found = labelled.instances(job.source.path, image.shape[1], image.shape[0])
+                boxes, ids = found.boxes, found.classes
+            return family.prepare(image, imgsz=imgsz, shape=target.get(str(job.source.path))), boxes, ids, found
 
     def predict(yolo, items: list) -> list:
+        boxed_items = [item[0] for item in items]
         with speed.timed("forward"):
-            head = yolo.head_outputs([boxed for boxed, _, _ in items])  # one letterbox shape a batch
+            if task == "detect":
+                head, extras = yolo.head_outputs(boxed_items), None  # one letterbox shape a batch
+            else:
+                head, extras = yolo.task_head_outputs(boxed_items)
         with speed.timed("nms"):
-            return [yolo.val_detections(head[i], boxed, conf=conf, iou=iou, max_det=max_det,
-                                        multi_label=not single_label) for i, (boxed, _, _) in enumerate(items)]
+            found = [yolo.val_detections(head[i], boxed, conf=conf, iou=iou, max_det=max_det,
+                                         multi_label=not single_label, anchors=extras is not None)
+                     for i, boxed in enumerate(boxed_items)]
+            if extras is None:
+                return found
+            return [(*det[:4], yolo.val_instances(extras, i, det[4], det[1], boxed))
+                    for i, (det, boxed) in enumerate(zip(found, boxed_items))]
 
-    def finish(job: Job, item: tuple[Any, np.ndarray, np.ndarray], det) -> tuple[dict, str | None]:
-        boxed, boxes, ids = item
-        input_boxes, pred_boxes, scores, classes = det
+    def finish(job: Job, item: tuple[Any, np.ndarray, np.ndarray, Any], det) -> tuple[dict, str | None]:
+        boxed, boxes, ids, found = item
+        input_boxes, pred_boxes, scores, classes = det[:4]
+        if task != "detect":
+            overlap, counted, ignored = instance_overlap(task, found, det[4], pred_boxes, boxed.image_hw, metric)
+            task_stats.add(match_iou(overlap, scores, classes, ids, metric, ignored=ignored), scores, classes,
+                           ids[counted])
         if metric == "ultralytics":
             # yolo val (8.4) matches on the network input: the labels mapped onto it, the
             # predictions as NMS gave them (not clipped to the image, which mapping back does).
@@ -223,8 +291,9 @@ def detect(
             correct = match(pred_boxes, scores, classes, boxes, ids, metric)
         stats.add(correct, scores, classes, ids)  # the writer thread alone adds: no lock
         if save_json is not None:
+            extra = {} if task == "detect" else {"masks" if task == "segment" else "keypoints": det[4]}
             predictions.extend(coco_results(labelled.image_id(job.source.path), pred_boxes, scores, classes,
-                                            labelled.category))
+                                            labelled.category, **extra))
         record = {"labels": int(len(ids)), "predictions": int(len(scores)),
                   "true_positives_50": int(correct[:, 0].sum())}
         line = (f"{job.name}: {len(ids)} labels, {len(scores)} predictions, {record['true_positives_50']} "
@@ -246,11 +315,17 @@ def detect(
         atomic_write_bytes(save_json, json.dumps(predictions).encode())
     result = ap_per_class(stats, metric)
     measured = len(stats.scores)
+    kind = {"segment": ("masks", "Mask"), "pose": ("keypoints", "Pose")}.get(task)
+    task_result = ap_per_class(task_stats, metric) if kind else None
     if as_json:
-        print(json.dumps({"metrics": summary(result, labelled.names, measured, metric),
-                          "speed": speed.summary(measured)}), flush=True)
+        metrics = summary(result, labelled.names, measured, metric)
+        if kind:
+            metrics[kind[0]] = summary(task_result, labelled.names, measured, metric)
+        print(json.dumps({"metrics": metrics, "speed": speed.summary(measured)}), flush=True)
     else:
         print(table(result, labelled.names, measured), flush=True)
+        if kind:
+            print(table(task_result, labelled.names, measured, kind[1]), flush=True)
         print(speed.line(measured), flush=True)
     if failed is not None:
         raise failed

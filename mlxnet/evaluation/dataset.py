@@ -23,11 +23,24 @@ from mlxnet.image import is_image_name
 
 @dataclass(frozen=True)
 class Dataset:
-    """The images of one split (in sorted order per source) and the class names."""
+    """The images of one split (in sorted order per source), the class names and, for a pose
+    dataset, its keypoint shape (``kpt_shape``: keypoints, 2 or 3 values each)."""
 
     yaml: Path
     images: list[Path]
     names: tuple[str, ...]
+    kpt_shape: tuple[int, int] | None = None
+
+
+@dataclass
+class Instances:
+    """One image's objects in its pixels: boxes (N, 4) xyxy, classes (N,); a segment label's
+    polygon (P, 2) each (None for a box line), or a pose label's keypoints (N, P, dims)."""
+
+    boxes: np.ndarray
+    classes: np.ndarray
+    polygons: list[np.ndarray | None]
+    keypoints: np.ndarray | None = None
 
 
 def _names(value: object, yaml_file: Path) -> tuple[str, ...]:
@@ -82,7 +95,13 @@ def load(data: str | Path, split: str = "val") -> Dataset:
     root = root if root.is_absolute() else yaml_file.parent / root
     entries = spec[split] if isinstance(spec[split], list) else [spec[split]]
     images = [image for entry in entries for image in _images_of(str(entry), root, yaml_file, split)]
-    return Dataset(yaml_file, images, _names(spec["names"], yaml_file))
+    kpt_shape = spec.get("kpt_shape")
+    if kpt_shape is not None:
+        if (not isinstance(kpt_shape, list) or len(kpt_shape) != 2 or not all(isinstance(v, int) for v in kpt_shape)
+                or kpt_shape[0] < 1 or kpt_shape[1] not in (2, 3)):
+            raise MlxnetError(f"{yaml_file}: kpt_shape must be [keypoints, 2 or 3], got {kpt_shape!r}")
+        kpt_shape = tuple(kpt_shape)
+    return Dataset(yaml_file, images, _names(spec["names"], yaml_file), kpt_shape)
 
 
 def label_path(image: Path) -> Path:
@@ -98,16 +117,30 @@ def label_path(image: Path) -> Path:
 def read_labels(image: Path, width: int, height: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
     """The image's objects: (N, 4) xyxy boxes in its pixels and (N,) class ids. Errors name the
     label file and line."""
+    found = read_instances(image, width, height, classes)
+    return found.boxes, found.classes
+
+
+def read_instances(image: Path, width: int, height: int, classes: int,
+                   kpt_shape: tuple[int, int] | None = None) -> Instances:
+    """The image's objects with their polygons (segment labels) or, given the dataset's
+    ``kpt_shape``, their keypoints (pose labels ``class cx cy w h x1 y1 [v1] ...``)."""
     path = label_path(image)
+    empty = Instances(np.zeros((0, 4)), np.zeros(0, np.int64), [],
+                      None if kpt_shape is None else np.zeros((0, *kpt_shape)))
     if not path.is_file():
-        return np.zeros((0, 4)), np.zeros(0, np.int64)
-    boxes, ids = [], []
+        return empty
+    boxes, ids, polygons, points = [], [], [], []
+    pose_fields = None if kpt_shape is None else 5 + kpt_shape[0] * kpt_shape[1]
     for number, line in enumerate(path.read_text().splitlines(), 1):
         fields = line.split()
         if not fields:
             continue
         where = f"{path}:{number}"
-        if len(fields) != 5 and (len(fields) < 7 or len(fields) % 2 == 0):
+        if pose_fields is not None and len(fields) != pose_fields:
+            raise MlxnetError(f"{where}: expected 'class cx cy w h' and {kpt_shape[0]} keypoints of {kpt_shape[1]} "
+                              f"values ({pose_fields} fields, the dataset's kpt_shape), got {len(fields)}")
+        if pose_fields is None and len(fields) != 5 and (len(fields) < 7 or len(fields) % 2 == 0):
             raise MlxnetError(f"{where}: expected 'class cx cy w h' (or a polygon 'class x1 y1 x2 y2 ...'), "
                               f"got {len(fields)} fields")
         try:
@@ -118,21 +151,29 @@ def read_labels(image: Path, width: int, height: int, classes: int) -> tuple[np.
         if not 0 <= cls < classes:
             raise MlxnetError(f"{where}: class {cls} is out of range (the dataset has {classes} names)")
         v = np.array(values)
-        if not np.isfinite(v).all() or (v < 0).any() or (v > 1).any():
+        coords = v if pose_fields is None else np.concatenate([v[:4], v[4:].reshape(kpt_shape)[:, :2].ravel()])
+        if not np.isfinite(v).all() or (v < 0).any() or (coords > 1).any():
             raise MlxnetError(f"{where}: coordinates must be normalised to 0-1")
-        if len(fields) == 5:
-            cx, cy, w, h = v
+        if pose_fields is not None or len(fields) == 5:
+            cx, cy, w, h = v[:4]
             box = [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
+            polygons.append(None)
+            if pose_fields is not None:
+                kp = v[4:].reshape(kpt_shape).copy()
+                kp[:, 0] *= width
+                kp[:, 1] *= height
+                points.append(kp)
         else:
             xs, ys = v[0::2], v[1::2]
             box = [xs.min(), ys.min(), xs.max(), ys.max()]
+            polygons.append(np.column_stack([xs * width, ys * height]))
         boxes.append(box)
         ids.append(cls)
     if not boxes:
-        return np.zeros((0, 4)), np.zeros(0, np.int64)
+        return empty
     # A line written twice is one object (ultralytics drops duplicate rows too).
     rows = np.unique(np.column_stack([ids, boxes]), axis=0, return_index=True)[1]
     keep = np.sort(rows)
-    boxes, ids = [boxes[i] for i in keep], [ids[i] for i in keep]
-    scaled = np.array(boxes) * np.array([width, height, width, height])
-    return scaled, np.array(ids, np.int64)
+    scaled = np.array([boxes[i] for i in keep]) * np.array([width, height, width, height])
+    return Instances(scaled, np.array([ids[i] for i in keep], np.int64), [polygons[i] for i in keep],
+                     np.array([points[i] for i in keep]) if pose_fields is not None else None)

@@ -46,11 +46,22 @@ def match(pred_boxes: np.ndarray, pred_scores: np.ndarray, pred_classes: np.ndar
           label_classes: np.ndarray, method: str = "ultralytics",
           thresholds: np.ndarray = IOU_THRESHOLDS) -> np.ndarray:
     """One image's (K, T) boolean: prediction k is a true positive at threshold t."""
+    if len(pred_scores) == 0 or len(label_classes) == 0:
+        return np.zeros((len(pred_scores), len(thresholds)), bool)
+    return match_iou(box_iou(label_boxes, pred_boxes), pred_scores, pred_classes, label_classes, method, thresholds)
+
+
+def match_iou(iou: np.ndarray, pred_scores: np.ndarray, pred_classes: np.ndarray, label_classes: np.ndarray,
+              method: str = "ultralytics", thresholds: np.ndarray = IOU_THRESHOLDS,
+              ignored: np.ndarray | None = None) -> np.ndarray:
+    """:func:`match` from a (labels, predictions) overlap matrix: box or mask IoU, keypoint OKS.
+    ``ignored`` (coco): labels COCOeval ignores (a pose label without a visible keypoint); a
+    prediction is matched to one only where no other label is left for it, and is then
+    neither right nor wrong: -1 in the result's int8 marks (see :func:`Stats.add`)."""
     k, t = len(pred_scores), len(thresholds)
     correct = np.zeros((k, t), bool)
     if k == 0 or len(label_classes) == 0:
         return correct
-    iou = box_iou(label_boxes, pred_boxes)  # (labels, predictions)
     iou = iou * (np.asarray(label_classes)[:, None] == np.asarray(pred_classes)[None, :])  # same class only
     if method == "ultralytics":
         # ultralytics 8.4's match_predictions: the predictions in the given order (NMS's, highest
@@ -69,15 +80,19 @@ def match(pred_boxes: np.ndarray, pred_scores: np.ndarray, pred_classes: np.ndar
     if method != "coco":
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     by_score = np.argsort(-np.asarray(pred_scores), kind="stable")
+    skip = np.zeros(len(label_classes), bool) if ignored is None else np.asarray(ignored, bool)
+    marks = np.zeros((k, t), np.int8)
     for j, threshold in enumerate(thresholds):
         taken = np.zeros(len(label_classes), bool)
         for p in by_score:
-            candidates = np.where(taken, -1.0, iou[:, p])
-            best = int(np.argmax(candidates))
-            if candidates[best] >= threshold and candidates[best] > 0:
-                taken[best] = True
-                correct[p, j] = True
-    return correct
+            for pool in (~skip, skip):  # COCOeval: labels it keeps first, ignored ones after
+                candidates = np.where(taken | ~pool, -1.0, iou[:, p])
+                best = int(np.argmax(candidates))
+                if candidates[best] >= threshold and candidates[best] > 0:
+                    taken[best] = True
+                    marks[p, j] = -1 if skip[best] else 1
+                    break
+    return marks if ignored is not None else marks > 0
 
 
 @dataclass
@@ -91,8 +106,14 @@ class Stats:
     label_classes: list[np.ndarray] = field(default_factory=list)
     images_with: dict[int, int] = field(default_factory=dict)  # class -> images holding a label of it
 
+    ignored: list[np.ndarray] = field(default_factory=list)
+
     def add(self, correct: np.ndarray, scores: np.ndarray, classes: np.ndarray, label_classes: np.ndarray) -> None:
-        self.correct.append(np.asarray(correct, bool).reshape(-1, len(IOU_THRESHOLDS)))
+        """``correct``: :func:`match`'s marks (bool, or int8 with -1 for a prediction matched to an
+        ignored label at that threshold); ``label_classes``: the labels that count."""
+        marks = np.asarray(correct).reshape(-1, len(IOU_THRESHOLDS))
+        self.correct.append(marks > 0)
+        self.ignored.append(marks < 0)
         self.scores.append(np.asarray(scores, np.float64).reshape(-1))
         self.classes.append(np.asarray(classes, np.int64).reshape(-1))
         labels = np.asarray(label_classes, np.int64).reshape(-1)
@@ -106,13 +127,18 @@ class Stats:
         return (join(self.correct, np.zeros((0, t), bool)), join(self.scores, np.zeros(0)),
                 join(self.classes, np.zeros(0, np.int64)), join(self.label_classes, np.zeros(0, np.int64)))
 
+    def ignored_marks(self) -> np.ndarray:
+        return np.concatenate(self.ignored) if self.ignored else np.zeros((0, len(IOU_THRESHOLDS)), bool)
 
-def curve(correct: np.ndarray, scores: np.ndarray, labels: int) -> tuple[np.ndarray, np.ndarray]:
+
+def curve(correct: np.ndarray, scores: np.ndarray, labels: int,
+          ignored: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One class's (recall, precision), each (K, T), down the predictions sorted by score
-    (ties keep their order)."""
+    (ties keep their order); ``ignored`` predictions count neither way at their thresholds."""
     order = np.argsort(-scores, kind="stable")
-    tp = np.cumsum(correct[order], axis=0)
-    fp = np.cumsum(~correct[order], axis=0)
+    counted = np.ones_like(correct) if ignored is None else ~ignored[order]
+    tp = np.cumsum(correct[order] & counted, axis=0)
+    fp = np.cumsum(~correct[order] & counted, axis=0)
     return tp / max(labels, 1), tp / np.maximum(tp + fp, 1)
 
 
@@ -175,6 +201,7 @@ def ap_per_class(stats: Stats, method: str = "ultralytics") -> Result:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     correct, scores, classes, label_classes = stats.arrays()
+    ignored = stats.ignored_marks()
     ids, counts = np.unique(label_classes, return_counts=True)
     t = len(IOU_THRESHOLDS)
     ap = np.zeros((len(ids), t))
@@ -185,7 +212,7 @@ def ap_per_class(stats: Stats, method: str = "ultralytics") -> Result:
         mine = classes == c
         if not mine.any():
             continue  # no prediction: AP, P and R 0
-        recall, precision = curve(correct[mine], scores[mine], n)
+        recall, precision = curve(correct[mine], scores[mine], n, ignored[mine])
         s = np.sort(scores[mine])[::-1]
         # np.interp wants increasing x: negated confidences. Above the top score, P is 1 and R 0.
         r_at[i] = np.interp(-grid, -s, recall[:, 0], left=0)
