@@ -293,7 +293,7 @@ def test_other_malformed_requests_get_a_json_4xx(server):
     status, _, body = call(server, "/api/segment", body=b"--x\r\nbroken", content_type="multipart/form-data; boundary=x")
     assert 400 <= status < 500 and "error" in body, body
     status, _, body = call(server, "/api/erase", {"image": BUS.read_bytes()})
-    assert_json_error(status, body, 400, "erase: send a 'mask' file, 'points' or a 'box'")
+    assert_json_error(status, body, 400, "erase: send a 'mask' file, 'points', a 'box' or 'classes'")
     small = png(np.zeros((10, 10), np.uint8))
     status, _, body = call(server, "/api/erase", {"image": BUS.read_bytes(), "mask": small})
     assert_json_error(status, body, 400, "mask: 10x10 but the image is 810x1080")

@@ -148,3 +148,48 @@ def test_brush_adds_to_and_removes_from_the_mask(page):
     assert 0 < left < added
     assert page.locator("#status").text_content() == f"selected {left} pixels (brush removed)"
     assert not page.locator("#erase").is_disabled()
+
+
+def test_erase_every_instance_of_a_class_with_a_segment_checkpoint(tmp_path):
+    """With a -seg detector the page's "Erase every NAME" removes the model's own masks of that
+    class (no click); the API refuses class ids the detector lacks with a 400."""
+    from test_detect_tasks import saved_checkpoint
+
+    from mlxnet.app.models import Weights
+    from mlxnet.models.yolo import YOLO
+
+    seg = saved_checkpoint("yolo11n-seg", tmp_path)
+    server = Server(Models(Weights(sam=str(tmp_path / "unused.pt"), lama="random", yolo=str(seg), resnet="random")))
+    try:
+        status, _, error = call(server, "/api/erase", {"image": BUS.read_bytes(), "classes": "[999]"})
+        assert status == 400 and "out of range" in error["error"]
+        status, _, error = call(server, "/api/erase", {"image": BUS.read_bytes(), "classes": '["person"]'})
+        assert status == 400 and "class ids" in error["error"]
+        found = YOLO.from_pretrained(str(seg)).predict(str(BUS), conf=0.25)
+        target = int(found.classes[0])
+        union = found.masks[found.classes == target].any(axis=0)
+        photo = load_image(BUS)
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = browser.new_page(viewport={"width": 1100, "height": 760})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server.url)
+            page.set_input_files("#file", str(BUS))
+            page.wait_for_function("document.getElementById('status').textContent.includes('click an object')")
+            page.fill("#conf", "0.25")
+            page.click("#detect")
+            button = page.locator(f"#results button[data-class-id='{target}']")
+            button.wait_for(timeout=120_000)
+            assert button.inner_text() == f"Erase every {found.names[target]}"
+            button.click()
+            page.wait_for_function("document.getElementById('status').textContent.startsWith('erased every')",
+                                   timeout=300_000)
+            result = data_url_pixels(page.evaluate("mlxnet.imageDataURL()"), "RGB")
+            browser.close()
+        assert errors == [], errors
+        grown = regions.dilate(union, regions.DILATE_PX)
+        np.testing.assert_array_equal(result[~grown], photo[~grown])  # only the class's masks were filled
+        assert np.abs(result[union].astype(int) - photo[union]).sum() > 0
+    finally:
+        server.stop()

@@ -22,18 +22,22 @@ BUS = Path(__file__).parent / "fixtures" / "yolo" / "bus.jpg"
 MLXNET = [sys.executable, "-m", "mlxnet"]
 
 
-@pytest.fixture(scope="module", params=["yolo11n-seg", "yolov8n-pose"])
-def checkpoint(request, tmp_path_factory) -> tuple[str, Path]:
-    net = seeded_net(request.param)
-    if request.param.endswith("-seg"):
+def saved_checkpoint(name: str, folder: Path) -> Path:
+    net = seeded_net(name)
+    if name.endswith("-seg"):
         # The seeded mask branch gives logits of about -0.03 everywhere: no pixel of any mask, and
         # a detection without mask is dropped. Equal coefficients of 1 sum the prototypes instead.
         for branch in net.head.cv4:
             branch[2].weight = branch[2].weight * 0
             branch[2].bias = branch[2].bias * 0 + 1
-    path = tmp_path_factory.mktemp("w") / f"{request.param}.safetensors"
-    save_converted(path, dict(tree_flatten(net.parameters())), request.param, {"nc": net.nc}, None, source="test")
-    return request.param, path
+    path = folder / f"{name}.safetensors"
+    save_converted(path, dict(tree_flatten(net.parameters())), name, {"nc": net.nc}, None, source="test")
+    return path
+
+
+@pytest.fixture(scope="module", params=["yolo11n-seg", "yolov8n-pose"])
+def checkpoint(request, tmp_path_factory) -> tuple[str, Path]:
+    return request.param, saved_checkpoint(request.param, tmp_path_factory.mktemp("w"))
 
 
 def test_detect_draws_writes_and_labels_masks_or_keypoints(checkpoint, tmp_path):
@@ -84,3 +88,27 @@ def test_tracking_keeps_each_tracks_mask_and_keypoints():
     assert len(kept) == 1 and len(ids) == 1
     np.testing.assert_array_equal(kept.masks, masks[:1])
     np.testing.assert_array_equal(kept.keypoints, keypoints[:1])
+
+
+def test_erase_by_class_with_a_segment_checkpoint_needs_no_sam(tmp_path):
+    """--class with a -seg --yolo-weights erases the model's own masks: SAM is never loaded (its
+    weights here are a file that does not exist)."""
+    from mlxnet.models.yolo import YOLO
+
+    weights = saved_checkpoint("yolo11n-seg", tmp_path)
+    found = YOLO.from_pretrained(str(weights)).predict(str(BUS), conf=0.25)
+    assert len(found) and found.masks.any()
+    target = found.labels[0]
+    out = tmp_path / "erased.png"
+    done = subprocess.run(MLXNET + ["erase", str(BUS), "--class", target, "--yolo-weights", str(weights),
+                                    "--lama-weights", "random", "--sam-weights", str(tmp_path / "missing.pt"),
+                                    "-o", str(out), "--json", "--save-mask"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout.splitlines()[0])
+    mine = [k for k, label in enumerate(found.labels) if label == target]
+    assert [row["name"] for row in record["instances"]] == [target] * len(mine)
+    assert "segments" not in record["instances"][0]
+    filled = load_image(Path(record["mask"]), mode="L") > 0
+    union = found.masks[mine].any(axis=0)
+    assert filled[union].all()  # every pixel of the objects' masks is filled (dilated beyond)
+    assert not np.array_equal(load_image(out), load_image(BUS))

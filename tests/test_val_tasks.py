@@ -10,13 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
-
 from mlxnet.evaluation import instances as inst
 from mlxnet.evaluation.dataset import Instances
 from mlxnet.evaluation.metrics import Stats, ap_per_class, match_iou
 from mlxnet.commands.val import instance_overlap
-from mlxnet.weights import save_converted
+from test_detect_tasks import saved_checkpoint
 from test_yolo_arch import seeded_net
 
 H, W = 60, 80
@@ -149,12 +147,7 @@ def test_val_detect_reports_mask_or_pose_metrics(name, tmp_path):
     """Labels made from the model's own predictions on bus.jpg (as `detect --save-txt` writes
     them): the masks' or keypoints' mAP is high, and both metrics print."""
     net = seeded_net(name)
-    if name.endswith("-seg"):  # as test_detect_tasks: masks with pixels
-        for branch in net.head.cv4:
-            branch[2].weight = branch[2].weight * 0
-            branch[2].bias = branch[2].bias * 0 + 1
-    weights = tmp_path / f"{name}.safetensors"
-    save_converted(weights, dict(tree_flatten(net.parameters())), name, {"nc": net.nc}, None, source="test")
+    weights = saved_checkpoint(name, tmp_path)  # a -seg one with masks that have pixels
     root = tmp_path / "data"
     (root / "images").mkdir(parents=True)
     (root / "images" / "bus.jpg").write_bytes(BUS.read_bytes())

@@ -94,11 +94,13 @@ def select(image: np.ndarray, *, sam=None, detector=None, points: np.ndarray | N
       foreground point: one SAM prompt;
     - each box (x0, y0, x1, y1): its own SAM prompt, refined by the background points if any;
     - ``mask``: (H, W) bool, added as it is;
-    - ``classes``: YOLOv8 (``detector``) finds every instance of these class ids (score >=
-      ``conf``) and each detection's box is a SAM prompt.
+    - ``classes``: the YOLO ``detector`` finds every instance of these class ids (score >=
+      ``conf``); a segment model's own mask of each is added as it is, a detection model's box
+      is a SAM prompt.
 
     ``sam`` is a SAM predictor (``Models.sam()``); the image is embedded once, on a fresh
-    predictor sharing its weights (``sam`` itself keeps whatever image it holds)."""
+    predictor sharing its weights (``sam`` itself keeps whatever image it holds), and only
+    where a prompt needs it."""
     h, w = image.shape[:2]
     region = Region(np.zeros((h, w), bool))
     if mask is not None:
@@ -106,7 +108,17 @@ def select(image: np.ndarray, *, sam=None, detector=None, points: np.ndarray | N
             raise MlxnetError(f"mask is {mask.shape[1]}x{mask.shape[0]} but the image is {w}x{h}")
         region.add(np.asarray(mask, bool))
     positive = points is not None and len(points) and bool(np.any(np.asarray(labels) == 1))
-    if not (positive or len(boxes) or classes):
+    detected: list[tuple[tuple, dict]] = []
+    if classes:
+        detections = detector.predict(image, conf=conf, classes=list(classes))
+        for k, row in enumerate(detections.to_list()):
+            row = {key: row[key] for key in ("box", "score", "class", "name")}
+            region.instances.append(row)
+            if detections.masks is not None:  # a segment model: the object's own mask
+                region.add(detections.masks[k])
+            else:
+                detected.append((tuple(row["box"]), row))
+    if not (positive or len(boxes) or detected):
         return region
     predictor = sam.fresh()
     predictor.set_image(image)
@@ -116,12 +128,7 @@ def select(image: np.ndarray, *, sam=None, detector=None, points: np.ndarray | N
         region.scores.append(score)
     negative = None if points is None else np.asarray(points)[np.asarray(labels) == 0]
     negative = negative if negative is not None and len(negative) else None
-    prompts = [(tuple(map(float, b)), None) for b in boxes]
-    if classes:
-        detections = detector.predict(image, conf=conf, classes=list(classes))
-        for row in detections.to_list():
-            region.instances.append(row)
-            prompts.append((tuple(row["box"]), row))
+    prompts = [(tuple(map(float, b)), None) for b in boxes] + detected
     for box, _ in prompts:
         neg_labels = None if negative is None else np.zeros(len(negative), np.int32)
         found, score = predictor.predict_best(negative, neg_labels, box)

@@ -312,6 +312,21 @@ class Service:
         entry.predictor = predictor
         return predictor, time.perf_counter() - start
 
+    def class_mask(self, entry: Entry, classes: list[int], conf: float) -> np.ndarray:
+        """Every instance of these classes: a segment checkpoint's own masks, else SAM's mask of
+        each detection's box (on the entry's embedded predictor)."""
+        detector = self.models.yolo()
+        if max(classes) >= len(detector.names):
+            raise ApiError(400, f"classes: {max(classes)} is out of range (the detector has {len(detector.names)})")
+        found = detector.predict(entry.pixels, conf=conf, classes=classes)
+        if found.masks is not None:
+            return found.masks.any(axis=0) if len(found) else np.zeros(entry.pixels.shape[:2], bool)
+        region = np.zeros(entry.pixels.shape[:2], bool)
+        predictor, _ = self.embedded(entry)
+        for b in found.boxes:
+            region |= predictor.predict_best(None, None, np.asarray(b, np.float64))[0]
+        return region
+
     def prompt_mask(self, entry: Entry, points, labels, box) -> tuple[np.ndarray, float, float, float]:
         size = entry.pixels.shape[:2]
         try:
@@ -419,10 +434,22 @@ async def segment(request: Request, service: Service) -> Response:
                          "ms": {"embed": _ms(embed_s), "mask": _ms(mask_s)}})
 
 
+def parse_classes(value: Any) -> list[int] | None:
+    """The 'classes' field: a JSON list of class ids (at most 1000)."""
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value or len(value) > 1000
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value)):
+        raise ApiError(400, "classes: expected a non-empty JSON list of class ids (integers >= 0)")
+    return value
+
+
 async def erase(request: Request, service: Service) -> Response:
     form, files = await read_form(request)
     points, labels = parse_points(json_field(form, "points"))
     box = parse_box(json_field(form, "box"))
+    classes = parse_classes(json_field(form, "classes"))
+    conf = number_field(form, "conf", 0.25, 0.0, 1.0)
     dilate = int(number_field(form, "dilate", regions.DILATE_PX, 0, 500, integer=True))
 
     def work() -> tuple[bytes, str, erasing.Erased, float]:
@@ -430,11 +457,13 @@ async def erase(request: Request, service: Service) -> Response:
         key, entry = service.image(files.get("image"), form.get("image_id"))
         size = entry.pixels.shape[:2]
         mask = service.mask(files.get("mask"), size)
-        if mask is None and points is None and box is None:
-            raise ApiError(400, "erase: send a 'mask' file, 'points' or a 'box'")
+        if mask is None and points is None and box is None and classes is None:
+            raise ApiError(400, "erase: send a 'mask' file, 'points', a 'box' or 'classes'")
         region = np.zeros(size, bool) if mask is None else mask
         if points is not None or box is not None:
             region = region | service.prompt_mask(entry, points, labels, box)[0]
+        if classes is not None:
+            region = region | service.class_mask(entry, classes, conf)
         done = erasing.erase(service.models.lama(), entry.pixels, region, dilate_px=dilate)
         png = png_bytes(done.image)
         result_key = hashlib.sha256(png).hexdigest()[:32]

@@ -70,8 +70,9 @@ def erase(
                                        help="A mask to erase as well (non-black pixels): one file for every image, "
                                             "or a folder of masks with the images' relative paths."),
     cls: List[str] = typer.Option([], "--class", metavar="NAME",
-                                  help="Erase every instance of this class (YOLOv8 finds them, SAM masks each "
-                                       "box); names or ids, comma-separated or repeated."),
+                                  help="Erase every instance of this class (YOLO finds them, SAM masks each "
+                                       "box; a -seg --yolo-weights masks them itself, no SAM); names or ids, "
+                                       "comma-separated or repeated."),
     conf: float = typer.Option(0.25, "--conf", min=0.0, max=1.0, help="--class: detection confidence threshold."),
     dilate: int = typer.Option(15, "--dilate", min=0, metavar="PX",
                                help="Grow the region by PX pixels on each side before filling."),
@@ -83,7 +84,7 @@ def erase(
                                    help="Also write the filled (dilated) mask beside each output as NAME.mask.png."),
     sam_weights: str = model_weights("--sam-weights", "sam-tiny", "SAM (sam-tiny)"),
     lama_weights: str = model_weights("--lama-weights", "lama", "LaMa"),
-    yolo_weights: str = model_weights("--yolo-weights", "yolov8n", "YOLOv8 (--class)"),
+    yolo_weights: str = model_weights("--yolo-weights", "yolov8n", "YOLO (--class; a -seg model masks too)"),
     batch: int = grammar.read_ahead(),
     dtype: str = grammar.dtype(),
     device: Optional[str] = grammar.device(),
@@ -120,8 +121,10 @@ def erase(
     wanted: list[int] = []
 
     def load() -> Models:
-        needs = ["lama"] + (["sam"] if points is not None or boxes or cls else []) + (["yolo"] if cls else [])
-        models = Models(weights).preload(needs)
+        models = Models(weights).preload(["lama"] + (["yolo"] if cls else []))
+        # SAM masks points, boxes and a detection model's boxes; a segment model masks its own.
+        if points is not None or boxes or (cls and models.yolo().net.task != "segment"):
+            models.preload(["sam"])
         if cls:
             try:
                 wanted.extend(resolve_classes(cls, models.yolo().names))
@@ -149,7 +152,8 @@ def erase(
     def run(models: Models, item: tuple[np.ndarray, np.ndarray | None]):
         start = time.perf_counter()
         pixels, region_mask = item
-        region = regions.select(pixels, sam=models.sam() if points is not None or boxes or cls else None,
+        needs_sam = points is not None or boxes or (cls and models.yolo().net.task != "segment")
+        region = regions.select(pixels, sam=models.sam() if needs_sam else None,
                                 detector=models.yolo() if cls else None, points=points, labels=labels,
                                 boxes=boxes, mask=region_mask, classes=wanted or None, conf=conf)
         erased = erasing.erase(models.lama(), pixels, region.mask, dilate_px=dilate, margin=margin,

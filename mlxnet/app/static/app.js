@@ -302,6 +302,20 @@ $("erase").addEventListener("click", async () => {
   updateButtons();
 });
 
+async function eraseClass(id, name) {
+  const started = performance.now();
+  const response = await busy(`Erasing every ${name}`, () => post("/api/erase",
+    { classes: JSON.stringify([id]), conf: $("conf").value }, { wantBlob: true }));
+  if (!response) return;
+  const blob = await response.blob();
+  state.history.push({ blob: state.blob, imageId: state.imageId });
+  await openBlob(blob, { keepHistory: true, imageId: response.headers.get("X-Image-Id") });
+  $("timing").textContent = `erase: ${response.headers.get("X-Ms")} ms on the server, ` +
+    `${(performance.now() - started).toFixed(0)} ms in the page`;
+  setStatus(`erased every ${name}: ${response.headers.get("X-Filled-Pixels")} pixels`);
+  updateButtons();
+}
+
 $("undo").addEventListener("click", async () => {
   const previous = state.history.pop();
   if (previous) { await openBlob(previous.blob, { keepHistory: true, imageId: previous.imageId }); setStatus("undone"); }
@@ -321,6 +335,15 @@ $("detect").addEventListener("click", async () => {
   for (const d of result.detections) {
     const li = document.createElement("li"); li.className = "detection";
     li.textContent = `${d.name} ${(d.score * 100).toFixed(1)}%`; list.append(li);
+  }
+  // One button per class found: erase every instance (a segment model's masks, else SAM's).
+  const found = new Map(result.detections.map((d) => [d.class, d.name]));
+  for (const [id, name] of found) {
+    const li = document.createElement("li"); li.className = "erase-class";
+    const button = document.createElement("button");
+    button.textContent = `Erase every ${name}`; button.dataset.classId = String(id);
+    button.addEventListener("click", () => eraseClass(id, name));
+    li.append(button); list.append(li);
   }
   draw();
   $("timing").textContent = `detect: ${result.ms} ms on the server`;
