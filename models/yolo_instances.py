@@ -5,8 +5,8 @@ masks:      process_mask_native (``retina_masks=True``: masks at the image's own
             stack is upsampled by the smallest factor (1, 2 or 4) that puts the letterbox's
             padding on whole pixels, the padding cut off, the rest resized to the image
             (bilinear, half-pixel centres), thresholded at 0 and cut to the detection's box
-            (pixel columns x1 <= c < x2, rows alike). Detections whose mask is then empty are
-            dropped, as ultralytics drops them.
+            (pixel columns x1 <= c < x2, rows alike; only those are computed). Detections whose
+            mask is then empty are dropped, as ultralytics drops them.
 keypoints:  scale_coords: the letterbox undone (padding, then gain) and clipped to the image;
             a third column, where the model has one, is the visibility probability.
 """
@@ -30,32 +30,40 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
     input, the detections' coefficients (K, nm) and their boxes on the image (K, 4) xyxy.
 
     Each axis's upsampling, crop and resize are one linear map (two bilinear interpolations
-    composed), so a mask is ``rows @ logits @ cols.T``: two matrix products on the device.
-    ``ratio_pad``: a letterbox's known gains and padding (``yolo val``'s rect shapes), whose
-    content span the prototypes are sampled over directly; None: the predictor's letterbox,
-    the span from the shapes, as ultralytics' retina path."""
+    composed), so a mask is ``rows @ logits @ cols.T``; and since a mask is cut to its box, only
+    the box's rows and columns of the maps are multiplied. ``ratio_pad``: a letterbox's known
+    gains and padding (``yolo val``'s rect shapes), whose content span the prototypes are sampled
+    over directly; None: the predictor's letterbox, the span from the shapes, as ultralytics'
+    retina path."""
     h, w = image_hw
     k = coefficients.shape[0]
+    out = np.zeros((k, h, w), bool)
     if k == 0:
-        return np.zeros((0, h, w), bool)
+        return out
     mh, mw, nm = protos.shape
-    logits = (coefficients.astype(mx.float32) @ protos.reshape(-1, nm).astype(mx.float32).T).reshape(k, mh, mw)
+    logits = coefficients.astype(mx.float32) @ protos.reshape(-1, nm).astype(mx.float32).T
+    logits = np.array(logits).reshape(k, mh, mw)  # prototype resolution: small, on the host
     if ratio_pad is not None:
         (gain_h, gain_w), (pad_x, pad_y) = ratio_pad
         rows = _span_map(mh, pad_y / 4, (pad_y + h * gain_h) / 4, h)
         cols = _span_map(mw, pad_x / 4, (pad_x + w * gain_w) / 4, w)
-        return crop_to_boxes(np.array((mx.array(rows) @ logits @ mx.array(cols).T) > 0), boxes)
-    gain = min(4 * mh / h, 4 * mw / w)
-    pad = (4 * mh - max(round(h * gain), 1)) | (4 * mw - max(round(w * gain), 1))
-    f = 4 // math.gcd(4, pad | pad // 2)
-    # scale_masks on the f-times upsampled maps: the content's span from the two shapes.
-    gain = min(f * mh / h, f * mw / w)
-    top = round((f * mh - max(round(h * gain), 1)) / 2 - 0.1)
-    left = round((f * mw - max(round(w * gain), 1)) / 2 - 0.1)
-    rows = _axis_map(mh, f, top, top + max(round(h * gain), 1), h)
-    cols = _axis_map(mw, f, left, left + max(round(w * gain), 1), w)
-    masks = (mx.array(rows) @ logits @ mx.array(cols).T) > 0
-    return crop_to_boxes(np.array(masks), boxes)
+    else:
+        gain = min(4 * mh / h, 4 * mw / w)
+        pad = (4 * mh - max(round(h * gain), 1)) | (4 * mw - max(round(w * gain), 1))
+        f = 4 // math.gcd(4, pad | pad // 2)
+        # scale_masks on the f-times upsampled maps: the content's span from the two shapes.
+        gain = min(f * mh / h, f * mw / w)
+        top = round((f * mh - max(round(h * gain), 1)) / 2 - 0.1)
+        left = round((f * mw - max(round(w * gain), 1)) / 2 - 0.1)
+        rows = _axis_map(mh, f, top, top + max(round(h * gain), 1), h)
+        cols = _axis_map(mw, f, left, left + max(round(w * gain), 1), w)
+    # The box keeps pixel (r, c) where x1 <= c < x2 and y1 <= r < y2: c from ceil(x1) to ceil(x2).
+    spans = np.ceil(np.nan_to_num(np.asarray(boxes, np.float64).reshape(-1, 4)))
+    spans = np.clip(spans, 0, [w, h, w, h]).astype(np.int64)
+    for i, (c0, r0, c1, r1) in enumerate(spans):
+        if c1 > c0 and r1 > r0:
+            out[i, r0:r1, c0:c1] = (rows[r0:r1] @ logits[i]) @ cols[c0:c1].T > 0
+    return out
 
 
 def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:
@@ -86,17 +94,6 @@ def _axis_map(m: int, f: int, lo: int, hi: int, n: int) -> np.ndarray:
     """(n, m) float32: upsample m by f, keep [lo, hi), resize that to n."""
     up = _bilinear(m, m * f, 1 / f) if f > 1 else np.eye(m)
     return (_bilinear(hi - lo, n, (hi - lo) / n) @ up[lo:hi]).astype(np.float32)
-
-
-def crop_to_boxes(masks: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """Masks (K, H, W) zeroed outside their boxes (K, 4) xyxy: pixel (r, c) stays where
-    x1 <= c < x2 and y1 <= r < y2."""
-    _, h, w = masks.shape
-    cols, rows = np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32)
-    b = boxes.astype(np.float32)
-    inside_x = (cols[None] >= b[:, 0:1]) & (cols[None] < b[:, 2:3])  # (K, W)
-    inside_y = (rows[None] >= b[:, 1:2]) & (rows[None] < b[:, 3:4])  # (K, H)
-    return masks & inside_y[:, :, None] & inside_x[:, None, :]
 
 
 def keypoints_to_image(points: np.ndarray, input_hw: tuple[int, int], image_hw: tuple[int, int],

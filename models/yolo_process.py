@@ -233,13 +233,13 @@ class Detections:
         rows = [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 4), "class": int(c),
                  "name": self.names[c]} for box, s, c in zip(self.boxes, self.scores, self.classes)]
         for row, outline in zip(rows, self.outlines() if self.masks is not None else []):
-            row["segments"] = {"x": [round(float(v), 2) for v in outline[:, 0]],
-                               "y": [round(float(v), 2) for v in outline[:, 1]]}
+            xy = np.round(outline.astype(np.float64), 2)
+            row["segments"] = {"x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
         for row, points in zip(rows, self.keypoints if self.keypoints is not None else []):
-            row["keypoints"] = {"x": [round(float(v), 2) for v in points[:, 0]],
-                                "y": [round(float(v), 2) for v in points[:, 1]]}
+            xy = np.round(points[:, :2].astype(np.float64), 2)
+            row["keypoints"] = {"x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
             if points.shape[1] > 2:
-                row["keypoints"]["visible"] = [round(float(v), 4) for v in points[:, 2]]
+                row["keypoints"]["visible"] = np.round(points[:, 2].astype(np.float64), 4).tolist()
         return rows
 
     def outlines(self) -> list[np.ndarray]:

@@ -210,3 +210,55 @@ def test_predict_without_nms_reads_the_one_to_one_head(tmp_path):
     assert len(only.boxes) == int((kept[:, 5] == kept[0, 5]).sum())
     with pytest.raises(MlxnetError, match="nms=False needs an end-to-end model's one-to-one head"):
         YOLO(seeded_net("yolo11n"), [f"c{i}" for i in range(80)]).predict(image, imgsz=96, nms=False)
+
+
+TASK_MODELS = [m for m in MODELS if m.endswith(("-seg", "-pose"))]
+
+
+def _task_outputs_near_golden(net, name: str, tol: float, x: mx.array = X) -> None:
+    """A segment or pose network's extra outputs against the golden, within ``tol`` of each
+    tensor's largest magnitude."""
+    feats = net.features(x)
+    raw = net.head.extras(feats)
+    key = "mask_coefficients" if net.task == "segment" else "keypoints"
+    gold = np.array(GOLD[f"{name}.{'mask' if net.task == 'segment' else 'kpts'}"])
+    ours = np.array(raw[key].astype(mx.float32)).transpose(0, 2, 1)
+    assert np.abs(ours - gold).max() <= tol * np.abs(gold).max(), key
+    if "protos" in raw:
+        gold = np.array(GOLD[f"{name}.proto"])
+        ours = np.array(raw["protos"].astype(mx.float32)).transpose(0, 3, 1, 2)
+        assert np.abs(ours - gold).max() <= tol * np.abs(gold).max(), "protos"
+
+
+@pytest.mark.parametrize("name", TASK_MODELS)
+def test_segment_and_pose_heads_in_float16(name):
+    """float16 weights and activations: the mask coefficients, prototypes and raw keypoints within
+    3% of each tensor's range of ultralytics' float32 outputs (float32: 2e-5, above)."""
+    net = seeded_net(name)
+    net.set_dtype(mx.float16)
+    _task_outputs_near_golden(net, name, 3e-2, X.astype(mx.float16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", TASK_MODELS)
+def test_segment_and_pose_on_the_gpu(name, tmp_path):
+    """On the GPU: the extra outputs against the golden (TF32 convolutions: 3e-3 of the range),
+    and predict on bus.jpg as on the CPU (the same detections; masks IoU >= 0.98, keypoints
+    within 0.5 px)."""
+    from test_detect_tasks import BUS, saved_checkpoint
+
+    import mlxnet
+    from mlxnet.models.yolo import YOLO
+
+    _task_outputs_near_golden(seeded_net(name), name, 3e-3)
+    weights = saved_checkpoint(name, tmp_path)
+    on_gpu = YOLO.from_pretrained(str(weights)).predict(str(BUS), imgsz=320)
+    with mlxnet.use_device("cpu"):
+        on_cpu = YOLO.from_pretrained(str(weights)).predict(str(BUS), imgsz=320)
+    assert len(on_gpu) == len(on_cpu) > 0
+    np.testing.assert_allclose(on_gpu.boxes, on_cpu.boxes, atol=0.5)
+    if on_cpu.masks is not None:
+        for a, b in zip(on_gpu.masks, on_cpu.masks):
+            assert (a & b).sum() / max((a | b).sum(), 1) >= 0.98
+    else:
+        np.testing.assert_allclose(on_gpu.keypoints[..., :2], on_cpu.keypoints[..., :2], atol=0.5)

@@ -89,27 +89,42 @@ def resnet(name: str, size: int = 224) -> Entry:
     return Entry(build, size=f"{size}²")
 
 
-def yolo(scale: str, size: int = 640) -> Entry:
-    """The network forward (BN folded, as both predictors run it) on size² images."""
+def yolo(variant: str, size: int = 640) -> Entry:
+    """A YOLO network's forward (BN folded, as both predictors run it) on size² images: every
+    output the predictor reads (a segment model's prototypes and mask coefficients, a pose
+    model's keypoints), against ultralytics' own model of the same yaml where it is installed
+    (a plain-torch twin of YOLOv8's detectors otherwise)."""
     def build(device: str, batch: int, dtype: str) -> Workload:
-        net = _mlx_ready(_build(f"yolov8{scale}").fuse(), dtype)
+        net = _mlx_ready(_build(variant).fuse(), dtype)
         x = mx.random.uniform(shape=(batch, size, size, 3)).astype(getattr(mx, dtype))
 
         def torch_side() -> TorchSide:
             import torch
 
             try:
-                from ultralytics.nn.tasks import DetectionModel
+                from ultralytics.nn import tasks
 
-                tmodel = DetectionModel(f"yolov8{scale}.yaml", verbose=False).eval().fuse(verbose=False)
-                note = "ultralytics DetectionModel (fused)"
+                kind = {"segment": tasks.SegmentationModel, "pose": tasks.PoseModel}.get(net.task, tasks.DetectionModel)
+                tmodel = kind(f"{variant}.yaml", verbose=False).eval().fuse(verbose=False)
+                note = f"ultralytics {kind.__name__} (fused)"
             except ImportError:  # ultralytics needs torchvision
+                if not variant.startswith("yolov8") or "-" in variant:
+                    raise
                 from .torch_twins.yolo import YOLOv8
 
-                tmodel, note = YOLOv8(scale), "plain-torch twin (ultralytics unavailable)"
+                tmodel, note = YOLOv8(variant[-1]), "plain-torch twin (ultralytics unavailable)"
             return _torch_ready(tmodel, (torch.rand(batch, 3, size, size),), device, dtype, note)
-        return Workload(lambda: net(x), torch_side)
+        forward = (lambda: net(x)) if net.task == "detect" else (lambda: list(net.task_outputs(x).values()))
+        has_twin = variant.startswith("yolov8") and "-" not in variant
+        return Workload(forward, torch_side if has_twin or _ultralytics_installed() else None,
+                        note="" if has_twin or _ultralytics_installed() else "no PyTorch baseline (needs ultralytics)")
     return Entry(build, size=f"{size}²")
+
+
+def _ultralytics_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ultralytics") is not None
 
 
 def sam_encoder(size: int = 1024) -> Entry:
@@ -214,7 +229,7 @@ def entries() -> dict[str, Entry]:
     registered model variant through the model interface."""
     made = {
         **{v: resnet(v) for v in families.variants() if v.startswith("resnet")},
-        **{f"yolov8{s}": yolo(s) for s in "nsmlx"},
+        **{v: yolo(v) for v in families.variants() if v.startswith(("yolov8", "yolo11", "yolo26"))},
         "sam-tiny-encoder": sam_encoder(), "sam-tiny-decoder": sam_decoder(),
         "lama-512": lama(512),
     }

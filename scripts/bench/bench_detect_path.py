@@ -57,6 +57,15 @@ import sys, torch
 from ultralytics import YOLO
 torch.manual_seed(0)
 model = YOLO(sys.argv[1] + ".yaml")
+bias, gain = float(sys.argv[3]), float(sys.argv[4])
+if bias == bias:  # not NaN: class 0's logits spread by ``gain`` around ``bias``, so that some boxes pass
+    with torch.no_grad():
+        for name, p in model.model.named_parameters():
+            if ".cv3." in name and ".2." in name and "one2one" not in name:
+                if name.endswith(".bias"):
+                    p[0] = bias
+                else:
+                    p[0] *= gain
 model.save(sys.argv[2])
 """
 
@@ -93,10 +102,14 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
     """Run ``cmd``; wall seconds, seconds to its first stdout line, lines, and its stderr tail."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    first, lines = None, 0
+    first, lines, found = None, 0, 0
     assert proc.stdout is not None
-    for _ in proc.stdout:
+    for line in proc.stdout:
+        count = _detections_in(line)
+        if count is None:  # a message (ultralytics' settings notes, "Results saved to ..."), not a result
+            continue
         lines += 1
+        found += count
         if first is None:
             first = time.perf_counter() - start
     err = proc.stderr.read() if proc.stderr is not None else ""
@@ -106,7 +119,17 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
         raise SystemExit(f"{' '.join(cmd[:4])}... failed ({code}):\n{err[-2000:]}")
     timings = [line for line in err.splitlines() if line.startswith("timings:")]
     return {"wall_s": round(wall, 3), "first_result_s": round(first or wall, 3), "results": lines,
-            "timings": timings[-1] if timings else None}
+            "detections_per_image": round(found / max(lines, 1), 2), "timings": timings[-1] if timings else None}
+
+
+def _detections_in(line: str) -> int | None:
+    """Detections on one result line (mlxnet's --json record, the ultralytics script's "path
+    count"); None for any other line."""
+    if line.startswith("{"):
+        record = json.loads(line)
+        return len(record["detections"]) if "detections" in record else None
+    parts = line.split()
+    return int(parts[-1]) if len(parts) == 2 and parts[-1].isdigit() else None
 
 
 def main() -> None:
@@ -118,6 +141,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--keep", type=Path, default=None, help="Work folder to keep (default: a temporary one).")
+    ap.add_argument("--class-gain", type=float, default=1.0,
+                    help="With --class-bias: scale class 0's weights by this, spreading its scores.")
+    ap.add_argument("--class-bias", type=float, default=float("nan"),
+                    help="Set class 0's logit bias in the seeded checkpoint (e.g. -1.5), so that boxes (and a "
+                         "segment or pose model's masks or keypoints) pass the threshold; default: ultralytics' "
+                         "initialisation, under which few or none do.")
     ap.add_argument("--ultralytics-python", default=sys.executable,
                     help="The Python that runs ultralytics (default: this one), e.g. a virtual environment's "
                          "where torchvision matches its torch.")
@@ -135,10 +164,10 @@ def main() -> None:
     ultralytics = has_ultralytics(upy)
     weights = ["--weights", "random", "--model", args.model]
     if ultralytics:
-        pt = work / f"{args.model}-seeded.pt"
+        pt = work / f"{args.model}-seeded-{args.class_bias}-{args.class_gain}.pt"
         if not pt.exists():
-            subprocess.run([upy, "-c", ULTRALYTICS_WEIGHTS, args.model, str(pt)], check=True,
-                           capture_output=True)
+            subprocess.run([upy, "-c", ULTRALYTICS_WEIGHTS, args.model, str(pt), str(args.class_bias),
+                            str(args.class_gain)], check=True, capture_output=True)
         weights = ["--weights", str(pt)]
     device = ["--device", "gpu" if on_gpu else "cpu"]
     runs: dict[str, list[str]] = {
@@ -169,7 +198,8 @@ def main() -> None:
             r["images_per_s"] = round(args.photos / r["wall_s"], 2)
             results[name].append(r)
             print(f"{name:22s} {r['cache']}: {r['wall_s']:7.2f} s  {r['images_per_s']:6.1f} img/s  "
-                  f"first result {r['first_result_s']:6.2f} s  {r['timings'] or ''}", flush=True)
+                  f"first result {r['first_result_s']:6.2f} s  {r['detections_per_image']:.1f} found/image  "
+                  f"{r['timings'] or ''}", flush=True)
     shutil.rmtree(cold, ignore_errors=True)
 
     summary = {name: {"median_wall_s": statistics.median(r["wall_s"] for r in rs),
@@ -178,6 +208,8 @@ def main() -> None:
         print(f"ultralytics / mlxnet (median wall): "
               f"{summary['ultralytics']['median_wall_s'] / summary['mlxnet']['median_wall_s']:.2f}x")
     report = {"photos": args.photos, "model": args.model, "device": "gpu" if on_gpu else "cpu",
+              "class_bias": None if args.class_bias != args.class_bias else args.class_bias,
+              "class_gain": args.class_gain,
               "weights": "seeded ultralytics .pt" if ultralytics else "mlxnet --weights random",
               "runs": results, "summary": summary}
     if args.json:
