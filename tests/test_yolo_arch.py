@@ -242,23 +242,36 @@ def test_segment_and_pose_heads_in_float16(name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", TASK_MODELS)
 def test_segment_and_pose_on_the_gpu(name, tmp_path):
-    """On the GPU: the extra outputs against the golden (TF32 convolutions: 3e-3 of the range),
-    and predict on bus.jpg as on the CPU (the same detections; masks IoU >= 0.98, keypoints
-    within 0.5 px)."""
+    """On the GPU: the extra outputs against the golden (TF32 convolutions: 3e-3 of the range);
+    and on bus.jpg's letterboxed pixels, the 20 best anchors' masks (IoU >= 0.98) or keypoints
+    (0.5 px) as the CPU makes them. (Compared anchor by anchor: these seeded weights score
+    hundreds of boxes 1.0, whose order after NMS ties may differ between the two devices.)"""
     from test_detect_tasks import BUS, saved_checkpoint
 
     import mlxnet
+    from mlxnet.image import load_image
     from mlxnet.models.yolo import YOLO
+    from mlxnet.models.yolo_instances import instance_masks
+    from mlxnet.models.yolo_process import letterbox
 
     _task_outputs_near_golden(seeded_net(name), name, 3e-3)
     weights = saved_checkpoint(name, tmp_path)
-    on_gpu = YOLO.from_pretrained(str(weights)).predict(str(BUS), imgsz=320)
+    photo = load_image(BUS)
+    x = mx.array(letterbox(photo, 320)[None]).astype(mx.float32) / 255
+
+    def outputs():
+        out = YOLO.from_pretrained(str(weights)).net.task_outputs(x)
+        return {k: np.array(v.astype(mx.float32)) for k, v in out.items()}
+    on_gpu = outputs()
     with mlxnet.use_device("cpu"):
-        on_cpu = YOLO.from_pretrained(str(weights)).predict(str(BUS), imgsz=320)
-    assert len(on_gpu) == len(on_cpu) > 0
-    np.testing.assert_allclose(on_gpu.boxes, on_cpu.boxes, atol=0.5)
-    if on_cpu.masks is not None:
-        for a, b in zip(on_gpu.masks, on_cpu.masks):
-            assert (a & b).sum() / max((a | b).sum(), 1) >= 0.98
+        on_cpu = outputs()
+    best = np.argsort(-on_cpu["detections"][0, :, 4:].max(axis=1))[:20]
+    if "protos" in on_cpu:
+        d = on_cpu["detections"][0, best]
+        boxes = np.concatenate([d[:, :2] - d[:, 2:4] / 2, d[:, :2] + d[:, 2:4] / 2], axis=1)
+        a, b = (instance_masks(mx.array(o["protos"][0]), mx.array(o["mask_coefficients"][0, best]), boxes,
+                               x.shape[1:3]) for o in (on_gpu, on_cpu))
+        for m, n in zip(a, b):
+            assert (m & n).sum() >= 0.98 * max((m | n).sum(), 1)
     else:
-        np.testing.assert_allclose(on_gpu.keypoints[..., :2], on_cpu.keypoints[..., :2], atol=0.5)
+        np.testing.assert_allclose(on_gpu["keypoints"][0, best], on_cpu["keypoints"][0, best], atol=0.5)
