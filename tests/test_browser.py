@@ -8,6 +8,7 @@ person's outline."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 from pathlib import Path
@@ -48,17 +49,24 @@ def server(models):
     running.stop()
 
 
-@pytest.fixture()
-def page(server):
+@contextlib.contextmanager
+def browser_page(url: str):
+    """Chromium showing the page at ``url``; on leaving, no uncaught error may have happened in it."""
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
         page = browser.new_page(viewport={"width": 1100, "height": 760})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server.url)
+        page.goto(url)
         yield page
         browser.close()
-        assert errors == [], errors  # no uncaught error in the page
+        assert errors == [], errors
+
+
+@pytest.fixture()
+def page(server):
+    with browser_page(server.url) as page:
+        yield page
 
 
 def data_url_pixels(url: str, mode: str) -> np.ndarray:
@@ -169,12 +177,7 @@ def test_erase_every_instance_of_a_class_with_a_segment_checkpoint(tmp_path):
         target = int(found.classes[0])
         union = found.masks[found.classes == target].any(axis=0)
         photo = load_image(BUS)
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
-            page = browser.new_page(viewport={"width": 1100, "height": 760})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url)
+        with browser_page(server.url) as page:
             page.set_input_files("#file", str(BUS))
             page.wait_for_function("document.getElementById('status').textContent.includes('click an object')")
             page.fill("#conf", "0.25")
@@ -186,8 +189,6 @@ def test_erase_every_instance_of_a_class_with_a_segment_checkpoint(tmp_path):
             page.wait_for_function("document.getElementById('status').textContent.startsWith('erased every')",
                                    timeout=300_000)
             result = data_url_pixels(page.evaluate("mlxnet.imageDataURL()"), "RGB")
-            browser.close()
-        assert errors == [], errors
         grown = regions.dilate(union, regions.DILATE_PX)
         np.testing.assert_array_equal(result[~grown], photo[~grown])  # only the class's masks were filled
         assert np.abs(result[union].astype(int) - photo[union]).sum() > 0

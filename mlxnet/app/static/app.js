@@ -288,32 +288,28 @@ function pickRegion([x, y]) {
 }
 
 // --- erase, undo, detect, classify --------------------------------------------------------------
-$("erase").addEventListener("click", async () => {
-  const mask = await maskBlob();
+// One erase request (the selection's mask, or every instance of a class); the result replaces
+// the image, the previous one kept for undo.
+async function eraseWith(label, fields, done) {
   const started = performance.now();
-  const response = await busy("Erasing", () => post("/api/erase", { mask }, { wantBlob: true }));
+  const response = await busy(label, () => post("/api/erase", fields, { wantBlob: true }));
   if (!response) return;
   const blob = await response.blob();
   state.history.push({ blob: state.blob, imageId: state.imageId });
   await openBlob(blob, { keepHistory: true, imageId: response.headers.get("X-Image-Id") });
   $("timing").textContent = `erase: ${response.headers.get("X-Ms")} ms on the server, ` +
     `${(performance.now() - started).toFixed(0)} ms in the page`;
-  setStatus(`erased ${response.headers.get("X-Filled-Pixels")} pixels`);
+  setStatus(`${done}${response.headers.get("X-Filled-Pixels")} pixels`);
   updateButtons();
+}
+
+$("erase").addEventListener("click", async () => {
+  await eraseWith("Erasing", { mask: await maskBlob() }, "erased ");
 });
 
-async function eraseClass(id, name) {
-  const started = performance.now();
-  const response = await busy(`Erasing every ${name}`, () => post("/api/erase",
-    { classes: JSON.stringify([id]), conf: $("conf").value }, { wantBlob: true }));
-  if (!response) return;
-  const blob = await response.blob();
-  state.history.push({ blob: state.blob, imageId: state.imageId });
-  await openBlob(blob, { keepHistory: true, imageId: response.headers.get("X-Image-Id") });
-  $("timing").textContent = `erase: ${response.headers.get("X-Ms")} ms on the server, ` +
-    `${(performance.now() - started).toFixed(0)} ms in the page`;
-  setStatus(`erased every ${name}: ${response.headers.get("X-Filled-Pixels")} pixels`);
-  updateButtons();
+function eraseClass(id, name) {
+  return eraseWith(`Erasing every ${name}`, { classes: JSON.stringify([id]), conf: $("conf").value },
+    `erased every ${name}: `);
 }
 
 $("undo").addEventListener("click", async () => {
