@@ -407,7 +407,7 @@ class YOLO:
             if "keypoints" in extras:
                 points = np.array(extras["keypoints"][b][mx.array(anchor.astype(np.int32))].astype(mx.float32))
                 points = points.reshape(len(anchor), *self.net.head.kpt_shape)
-                keypoints = keypoints_to_image(points, item.pixels.shape[:2], item.image_hw)
+                keypoints = keypoints_to_image(points, item.letterbox_ratio_pad(), item.image_hw)
             results.append(Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names, masks, keypoints))
         return results
 
@@ -454,8 +454,8 @@ class YOLO:
             return instance_masks(extras["protos"][index], extras["mask_coefficients"][index][picked], boxes,
                                   item.image_hw, item.ratio_pad)
         points = np.array(extras["keypoints"][index][picked].astype(mx.float32))
-        return keypoints_to_image(points.reshape(len(anchors), *self.net.head.kpt_shape), item.pixels.shape[:2],
-                                  item.image_hw, item.ratio_pad)
+        return keypoints_to_image(points.reshape(len(anchors), *self.net.head.kpt_shape), item.letterbox_ratio_pad(),
+                                  item.image_hw)
 
 
 class YOLOFamily(families.ModelFamily):

@@ -17,12 +17,13 @@ import math
 import mlx.core as mx
 import numpy as np
 
+RatioPad = tuple[tuple[float, float], tuple[float, float]]  # ((gain_h, gain_w), (pad_x, pad_y)), as yolo_process's
+
 # COCO's person skeleton: pairs of keypoint indices (nose, eyes, ears, shoulders, elbows,
 # wrists, hips, knees, ankles), as ultralytics draws it.
 COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8),
                  (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
 
-from .yolo_process import RatioPad, letterbox_ratio_pad
 
 def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, image_hw: tuple[int, int],
                    ratio_pad: RatioPad | None = None) -> np.ndarray:
@@ -96,11 +97,10 @@ def _axis_map(m: int, f: int, lo: int, hi: int, n: int) -> np.ndarray:
     return (_bilinear(hi - lo, n, (hi - lo) / n) @ up[lo:hi]).astype(np.float32)
 
 
-def keypoints_to_image(points: np.ndarray, input_hw: tuple[int, int], image_hw: tuple[int, int],
-                       ratio_pad: RatioPad | None = None) -> np.ndarray:
-    """Keypoints (K, P, 2 or 3) on the letterboxed input -> on the image, clipped to it
-    (``ratio_pad``: the letterbox's where known, else from the shapes)."""
-    (gain_h, gain_w), (pad_x, pad_y) = ratio_pad or letterbox_ratio_pad(input_hw, image_hw)
+def keypoints_to_image(points: np.ndarray, ratio_pad: RatioPad, image_hw: tuple[int, int]) -> np.ndarray:
+    """Keypoints (K, P, 2 or 3) on the letterboxed input -> on the image (the letterbox's gains
+    and padding undone), clipped to it."""
+    (gain_h, gain_w), (pad_x, pad_y) = ratio_pad
     out = points.astype(np.float32, copy=True)
     out[..., 0] = np.clip((out[..., 0] - pad_x) / gain_w, 0, image_hw[1])
     out[..., 1] = np.clip((out[..., 1] - pad_y) / gain_h, 0, image_hw[0])

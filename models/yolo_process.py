@@ -200,10 +200,14 @@ class Letterboxed:
         """xyxy boxes on the letterboxed input -> on the original image, clipped (:func:`scale_boxes`)."""
         return scale_boxes(self.pixels.shape[:2], boxes, self.image_hw, self.ratio_pad)
 
+    def letterbox_ratio_pad(self) -> RatioPad:
+        """The letterbox's gains and padding: the known ones, else :func:`letterbox`'s."""
+        return self.ratio_pad or letterbox_ratio_pad(self.pixels.shape[:2], self.image_hw)
+
     def to_input(self, boxes: np.ndarray) -> np.ndarray:
         """xyxy boxes on the original image -> on the letterboxed input (the inverse of
         :meth:`to_image`, without its clipping)."""
-        (gain_h, gain_w), (pad_x, pad_y) = self.ratio_pad or letterbox_ratio_pad(self.pixels.shape[:2], self.image_hw)
+        (gain_h, gain_w), (pad_x, pad_y) = self.letterbox_ratio_pad()
         return np.asarray(boxes, np.float64) * [gain_w, gain_h, gain_w, gain_h] + [pad_x, pad_y, pad_x, pad_y]
 
 

@@ -158,6 +158,7 @@ def test_brush_adds_to_and_removes_from_the_mask(page):
     assert not page.locator("#erase").is_disabled()
 
 
+@pytest.mark.slow  # LaMa fills a photo's worth of masks: about 35 s on two cores
 def test_erase_every_instance_of_a_class_with_a_segment_checkpoint(tmp_path):
     """With a -seg detector the page's "Erase every NAME" removes the model's own masks of that
     class (no click); the API refuses class ids the detector lacks with a 400."""

@@ -102,7 +102,8 @@ def test_erase_by_class_with_a_segment_checkpoint_needs_no_sam(tmp_path):
     out = tmp_path / "erased.png"
     done = subprocess.run(MLXNET + ["erase", str(BUS), "--class", target, "--yolo-weights", str(weights),
                                     "--lama-weights", "random", "--sam-weights", str(tmp_path / "missing.pt"),
-                                    "-o", str(out), "--json", "--save-mask"], capture_output=True, text=True)
+                                    "-o", str(out), "--json", "--save-mask", "--max-side", "256"],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout.splitlines()[0])
     mine = [k for k, label in enumerate(found.labels) if label == target]

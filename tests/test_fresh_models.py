@@ -141,7 +141,8 @@ def test_fixed_parameters_survive_build_in_every_family():
 def test_weights_none_is_a_one_line_error_naming_what_is_accepted(tmp_path):
     for args, ids in [(["classify", str(IMAGE)], "resnet18, resnet34, resnet50, resnet101, resnet152"),
                       (["detect", str(IMAGE), "-o", str(tmp_path / "d")],
-                       ", ".join(f"{family}{s}" for family in ("yolov8", "yolo11", "yolo26") for s in "nsmlx"))]:
+                       ", ".join(f"{family}[nsmlx]{task}" for task in ("", "-seg", "-pose")
+                                 for family in ("yolov8", "yolo11", "yolo26")))]:
         out = subprocess.run(MLXNET + [*args, "-w", "none"], capture_output=True, text=True)
         assert out.returncode == 1 and out.stderr == (
             f"error: 'none' is neither a weights file nor a model id; give a weights file (.safetensors, .pt, .pth, "

@@ -22,6 +22,8 @@ Nothing here changes huggingface_hub's process-wide state (no ``disable_progress
 """
 from __future__ import annotations
 
+import re
+
 import os
 import sys
 from pathlib import Path
@@ -52,8 +54,29 @@ def looks_like_path(name: str) -> bool:
 
 def accepted_sources(ids: Sequence[str]) -> str:
     """What a weights source may be, for messages about one that is none of these."""
-    return (f"give a weights file (.safetensors, .pt, .pth, .ckpt), a model id ({', '.join(ids)}: "
+    return (f"give a weights file (.safetensors, .pt, .pth, .ckpt), a model id ({', '.join(compact_ids(ids))}: "
             "downloaded once from the Hub) or 'random' (seeded random weights, nothing to download)")
+
+
+_SIZED = re.compile(r"^(.*\d)([nsmlx])(-[a-z]+)?$")  # yolov8n, yolo11s-seg: a family, a size, a task
+
+
+def compact_ids(ids: Sequence[str]) -> list[str]:
+    """Model ids for a message, the sizes of one family and task in brackets: yolov8[nsmlx]-seg."""
+    out: list[str] = []
+    groups: dict[tuple[str, str], list[str]] = {}
+    for model_id in ids:
+        m = _SIZED.match(model_id)
+        if m is None:
+            out.append(model_id)
+            continue
+        key = (m.group(1), m.group(3) or "")
+        if key not in groups:
+            groups[key] = []
+            out.append(key)  # type: ignore[arg-type]  # its place in the order; written below
+        groups[key].append(m.group(2))
+    return [f"{x[0]}[{''.join(groups[x])}]{x[1]}" if isinstance(x, tuple) and len(groups[x]) > 1
+            else f"{x[0]}{groups[x][0]}{x[1]}" if isinstance(x, tuple) else x for x in out]
 
 
 class UnknownSource(MlxnetError):
