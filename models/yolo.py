@@ -400,14 +400,11 @@ class YOLO:
             boxes = item.to_image(det[:, :4])
             masks = keypoints = None
             if "protos" in extras:
-                coefficients = extras["mask_coefficients"][b][mx.array(anchor.astype(np.int32))]
-                masks = instance_masks(extras["protos"][b], coefficients, boxes, item.image_hw)
+                masks = self.val_instances(extras, b, anchor, boxes, item)
                 keep = masks.any(axis=(1, 2))  # as ultralytics: a detection whose mask is empty is dropped
                 det, boxes, masks = det[keep], boxes[keep], masks[keep]
-            if "keypoints" in extras:
-                points = np.array(extras["keypoints"][b][mx.array(anchor.astype(np.int32))].astype(mx.float32))
-                points = points.reshape(len(anchor), *self.net.head.kpt_shape)
-                keypoints = keypoints_to_image(points, item.letterbox_ratio_pad(), item.image_hw)
+            else:
+                keypoints = self.val_instances(extras, b, anchor, boxes, item)
             results.append(Detections(boxes, det[:, 4], det[:, 5].astype(np.int32), self.names, masks, keypoints))
         return results
 
@@ -448,7 +445,7 @@ class YOLO:
     def val_instances(self, extras: dict[str, mx.array], index: int, anchors: np.ndarray, boxes: np.ndarray,
                       item: Letterboxed) -> np.ndarray:
         """Batch member ``index``'s masks (K, H, W) or keypoints (K, P, dims) on the image, for
-        the detections of ``anchors`` whose image boxes are ``boxes``."""
+        the detections of ``anchors`` whose image boxes are ``boxes`` (predict's and val's)."""
         picked = mx.array(anchors.astype(np.int32))
         if "protos" in extras:
             return instance_masks(extras["protos"][index], extras["mask_coefficients"][index][picked], boxes,

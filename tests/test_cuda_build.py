@@ -81,7 +81,6 @@ def fake_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(cuda_build, "_state", {"tried": True, "nvrtc": NVRTC or object(), "arch": "sm_80",
                                                "key": "nvrtc-test-sm_80", "why": "test"})
-    monkeypatch.setattr(cuda_build, "_binaries", {})
     calls = []
     real = cuda_build.compile_source
 
@@ -96,19 +95,15 @@ def test_a_binary_is_compiled_once_then_read_from_the_cache(fake_machine):
     tmp_path, calls = fake_machine
     source = 'extern "C" __global__ void mlxnet_probe_0() {}\n'
     first = cuda_build.binary("mlxnet_probe_0", source)
-    assert cuda_build.binary("mlxnet_probe_0", source) == first and calls == ["sm_80"]
-    cuda_build._binaries.clear()  # a new process: the cache on disk serves it
-    assert cuda_build.binary("mlxnet_probe_0", source) == first and calls == ["sm_80"]
+    assert cuda_build.binary("mlxnet_probe_0", source) == first and calls == ["sm_80"]  # the cache on disk
     cached = tmp_path / "mlxnet" / "cuda" / "nvrtc-test-sm_80" / "mlxnet_probe_0.cubin"
     assert cached.read_bytes() == first and (cached.stat().st_mode & 0o777) == 0o644
     cached.write_bytes(b"damaged")  # a damaged file is compiled again, never loaded
-    cuda_build._binaries.clear()
     assert cuda_build.binary("mlxnet_probe_0", source) == first and len(calls) == 2
 
 
 def test_without_nvrtc_launches_keep_mlx_compile_and_info_says_why(monkeypatch):
     monkeypatch.setattr(cuda_build, "_state", {"tried": False, "nvrtc": None, "why": ""})
-    monkeypatch.setattr(cuda_build, "_binaries", {})
 
     def missing():
         raise cuda_build.NvrtcError("NVRTC (libnvrtc) was not found")

@@ -63,7 +63,7 @@ def coco_results(image_id: int | str, boxes: np.ndarray, scores: np.ndarray, cla
     model's masks go in as ``segmentation`` (compressed RLE), a pose model's keypoints as
     ``keypoints`` (x, y, score per keypoint), as COCOeval's segm and keypoints evaluations read
     them."""
-    from mlxnet.evaluation.instances import coco_rle
+    from mlxnet.evaluation.instances import coco_rle, with_visibility
 
     records = []
     for k, (b, s, c) in enumerate(zip(boxes, scores, classes)):
@@ -75,9 +75,7 @@ def coco_results(image_id: int | str, boxes: np.ndarray, scores: np.ndarray, cla
             if masks is not None:
                 record["segmentation"] = coco_rle(masks[k])
             if keypoints is not None:
-                points = keypoints[k] if keypoints.shape[-1] > 2 else np.concatenate(
-                    [keypoints[k], np.ones((len(keypoints[k]), 1))], axis=-1)
-                record["keypoints"] = [round(float(v), 3) for v in points.reshape(-1)]
+                record["keypoints"] = [round(float(v), 3) for v in with_visibility(keypoints[k]).reshape(-1)]
             records.append(record)
     return records
 
@@ -141,8 +139,7 @@ def instance_overlap(task: str, found: Any, predicted: np.ndarray, pred_boxes: n
         raise MlxnetError("a pose model's keypoints are measured against keypoint labels: the dataset's "
                           "data.yaml needs its kpt_shape")
     visible = (found.keypoints[..., 2] > 0).any(axis=1) if found.keypoints.shape[-1] > 2 else everyone
-    points = found.keypoints if found.keypoints.shape[-1] > 2 else np.concatenate(
-        [found.keypoints, np.ones((*found.keypoints.shape[:2], 1))], axis=-1)
+    points = inst.with_visibility(found.keypoints)
     areas = np.prod(found.boxes[:, 2:] - found.boxes[:, :2], axis=1) * inst.AREA_FROM_BOX
     oks = inst.keypoint_oks(points, predicted, found.boxes, areas)
     if metric == "coco":

@@ -26,6 +26,13 @@ def sigmas_for(keypoints: int) -> np.ndarray:
     return COCO_SIGMAS if keypoints == 17 else np.full(keypoints, 1.0 / keypoints)
 
 
+def with_visibility(points: np.ndarray) -> np.ndarray:
+    """Keypoints (..., P, 2 or 3) as (..., P, 3): a visibility of 1 where there is none."""
+    if points.shape[-1] > 2:
+        return points
+    return np.concatenate([points, np.ones((*points.shape[:-1], 1))], axis=-1)
+
+
 def polygon_masks(polygons: Sequence[np.ndarray | None], boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
     """(N, H, W) bool label masks: each polygon (P, 2) in pixels filled; a label without one
     (a box line) fills its box."""

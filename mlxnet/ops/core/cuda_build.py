@@ -50,7 +50,6 @@ typedef unsigned long long uint64_t;"""
 
 _lock = threading.Lock()
 _state: dict = {"nvrtc": None, "tried": False, "why": "not needed yet (first CUDA kernel launch decides)"}
-_binaries: dict[str, bytes] = {}
 
 
 class NvrtcError(RuntimeError):
@@ -218,9 +217,8 @@ def info(probe: bool = True) -> str:
 
 def binary(symbol: str, source: str) -> bytes | None:
     """The compiled kernel for ``source`` from mlxnet's cache, compiled there first if needed;
-    None where this machine cannot (the caller keeps MLX's per-process compile)."""
-    if symbol in _binaries:
-        return _binaries[symbol]
+    None where this machine cannot (the caller keeps MLX's per-process compile). Each launch
+    signature asks once per process (``PortableKernel`` keeps the answer)."""
     lib = _nvrtc()
     if lib is None:
         return None
@@ -242,7 +240,5 @@ def binary(symbol: str, source: str) -> bytes | None:
             publish(Path(tmp), target)
         except OSError:
             pass  # an unwritable cache costs a compile per process, nothing else
-        _binaries[symbol] = built
         return built
-    _binaries[symbol] = target.read_bytes()
-    return _binaries[symbol]
+    return target.read_bytes()
