@@ -696,10 +696,13 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
 
     Each box is drawn through PIL on the region it covers only, in order, so a later box still
     covers an earlier one where they overlap: the pixels equal drawing on the whole image, without
-    taking a whole 1080p frame into PIL and back for every frame of a video (about 3 ms)."""
+    taking a whole 1080p frame into PIL and back for every frame of a video (about 3 ms). Where
+    the regions together cover more than the image (many or large boxes), the whole image goes
+    through PIL once instead."""
     out = np.array(image, dtype=np.uint8, copy=True, order="C")
     height, width_px = out.shape[:2]
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    marks = []  # (colour, box, label tag, text origin, region) per drawable box, in order
     for i, (box, label) in enumerate(zip(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), labels)):
         colour = tuple(int(c) for c in PALETTE[(colour_ids[i] if colour_ids is not None else i) % len(PALETTE)])
         drawable = box_on_image(box, width_px, height)
@@ -718,13 +721,21 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
         upper = max(0, int(np.floor(min(y1, tag[1], ink[1]))) - spare)
         right = min(width_px, int(np.ceil(max(x2, tag[2], ink[2]))) + spare + 1)
         lower = min(height, int(np.ceil(max(y2, tag[3], ink[3]))) + spare + 1)
-        region = Image.fromarray(out[upper:lower, left:right])
+        marks.append((colour, drawable, tag, (x1 + 2, top + 1), label, (left, upper, right, lower)))
+    whole = sum((r[2] - r[0]) * (r[3] - r[1]) for *_, r in marks) > height * width_px
+    canvas = Image.fromarray(out) if whole else None
+    for colour, (x1, y1, x2, y2), tag, (tx, ty), label, (left, upper, right, lower) in marks:
+        if whole:
+            region, left, upper = canvas, 0, 0
+        else:
+            region = Image.fromarray(out[upper:lower, left:right])
         draw = ImageDraw.Draw(region)
         draw.rectangle([x1 - left, y1 - upper, x2 - left, y2 - upper], outline=colour, width=width)
         draw.rectangle([tag[0] - left, tag[1] - upper, tag[2] - left, tag[3] - upper], fill=colour)
-        draw.text((x1 + 2 - left, top + 1 - upper), label, fill=(255, 255, 255))
-        out[upper:lower, left:right] = np.asarray(region)
-    return out
+        draw.text((tx - left, ty - upper), label, fill=(255, 255, 255))
+        if not whole:
+            out[upper:lower, left:right] = np.asarray(region)
+    return np.asarray(canvas).copy() if whole else out
 
 
 def draw_keypoints(image: np.ndarray, keypoints: np.ndarray, skeleton: Sequence[tuple[int, int]] = (),

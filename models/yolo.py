@@ -29,7 +29,7 @@ from mlxnet.weights import (Checkpoint, count_mismatch, Description, FoldBN, Rec
 
 from .yolo_arch import ARCHITECTURES, COCO_KEYPOINTS, TASKS, YOLONet, best_pairs, layout_of, task_architecture
 from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
-from .yolo_instances import instance_masks, keypoints_to_image
+from .yolo_instances import instance_masks, keypoints_to_image, non_empty
 from .yolo_val import detections as val_detections
 from .yolo_process import (Detections, Letterboxed, coco80_names, end2end_detections, letterbox, letterbox_to,
                            postprocess_batch)
@@ -401,7 +401,7 @@ class YOLO:
             masks = keypoints = None
             if "protos" in extras:
                 masks = self.val_instances(extras, b, anchor, boxes, item)
-                keep = masks.any(axis=(1, 2))  # as ultralytics: a detection whose mask is empty is dropped
+                keep = non_empty(masks, boxes)  # as ultralytics: a detection whose mask is empty is dropped
                 det, boxes, masks = det[keep], boxes[keep], masks[keep]
             else:
                 keypoints = self.val_instances(extras, b, anchor, boxes, item)

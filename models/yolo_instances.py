@@ -38,12 +38,10 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
     retina path."""
     h, w = image_hw
     k = coefficients.shape[0]
-    out = np.zeros((k, h, w), bool)
     if k == 0:
-        return out
+        return np.zeros((k, h, w), bool)
     mh, mw, nm = protos.shape
-    logits = coefficients.astype(mx.float32) @ protos.reshape(-1, nm).astype(mx.float32).T
-    logits = np.array(logits).reshape(k, mh, mw)  # prototype resolution: small, on the host
+    logits = (coefficients.astype(mx.float32) @ protos.reshape(-1, nm).astype(mx.float32).T).reshape(k, mh, mw)
     if ratio_pad is not None:
         (gain_h, gain_w), (pad_x, pad_y) = ratio_pad
         rows = _span_map(mh, pad_y / 4, (pad_y + h * gain_h) / 4, h)
@@ -58,13 +56,50 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
         left = round((f * mw - max(round(w * gain), 1)) / 2 - 0.1)
         rows = _axis_map(mh, f, top, top + max(round(h * gain), 1), h)
         cols = _axis_map(mw, f, left, left + max(round(w * gain), 1), w)
-    # The box keeps pixel (r, c) where x1 <= c < x2 and y1 <= r < y2: c from ceil(x1) to ceil(x2).
-    spans = np.ceil(np.nan_to_num(np.asarray(boxes, np.float64).reshape(-1, 4)))
-    spans = np.clip(spans, 0, [w, h, w, h]).astype(np.int64)
+    spans = box_spans(boxes, image_hw)
+    if mx.default_device().type == mx.DeviceType.gpu:
+        return _masks_on_device(logits, rows, cols, spans, image_hw)
+    logits = np.array(logits)  # prototype resolution: small, on the host
+    out = np.zeros((k, h, w), bool)
     for i, (c0, r0, c1, r1) in enumerate(spans):
         if c1 > c0 and r1 > r0:
             out[i, r0:r1, c0:c1] = (rows[r0:r1] @ logits[i]) @ cols[c0:c1].T > 0
     return out
+
+
+def box_spans(boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
+    """(K, 4) whole-pixel [c0, r0, c1, r1) spans of xyxy boxes on the image: the pixels (r, c)
+    with x1 <= c < x2 and y1 <= r < y2, c from ceil(x1) to ceil(x2) (ultralytics' crop_mask)."""
+    h, w = image_hw
+    spans = np.ceil(np.nan_to_num(np.asarray(boxes, np.float64).reshape(-1, 4)))
+    return np.clip(spans, 0, [w, h, w, h]).astype(np.int64)
+
+
+def non_empty(masks: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """(K,) which of :func:`instance_masks`' masks have a pixel, looking inside each box only."""
+    spans = box_spans(boxes, masks.shape[1:])
+    return np.array([masks[i, r0:r1, c0:c1].any() for i, (c0, r0, c1, r1) in enumerate(spans)], bool)
+
+
+# The float32 logits of the masks made at once on a GPU at the image's size: the peak memory.
+DEVICE_MASK_BYTES = 64 << 20
+
+
+def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
+                     image_hw: tuple[int, int]) -> np.ndarray:
+    """The same masks computed whole on a GPU (the maps' products are a few milliseconds there,
+    where the host's in-box products are most of a photo's time) and cut to their boxes there."""
+    h, w = image_hw
+    rows_d, cols_t = mx.array(rows), mx.array(cols).T
+    ys, xs = mx.arange(h)[None, :, None], mx.arange(w)[None, None, :]
+    at_once = max(1, DEVICE_MASK_BYTES // (4 * h * w))
+    parts = []
+    for start in range(0, len(spans), at_once):
+        s = mx.array(spans[start:start + at_once, :, None, None])
+        inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])
+        full = (rows_d @ logits[start:start + at_once]) @ cols_t
+        parts.append(np.array((full > 0) & inside))
+    return np.concatenate(parts)
 
 
 def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:

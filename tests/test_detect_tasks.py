@@ -113,3 +113,26 @@ def test_erase_by_class_with_a_segment_checkpoint_needs_no_sam(tmp_path):
     union = found.masks[mine].any(axis=0)
     assert filled[union].all()  # every pixel of the objects' masks is filled (dilated beyond)
     assert not np.array_equal(load_image(out), load_image(BUS))
+
+
+def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
+    """The GPU's way (every mask at the image's size, cut to its box there, a few at a time)
+    gives the host's in-box masks: run here on the CPU device, in chunks of 3 masks."""
+    import mlx.core as mx
+    from mlxnet.models import yolo_instances as yi
+
+    rng = np.random.default_rng(0)
+    protos = mx.array(rng.normal(size=(40, 32, 32)).astype(np.float32))
+    coefficients = mx.array(rng.normal(size=(8, 32)).astype(np.float32))
+    h, w = 130, 170
+    corner = rng.uniform(-10, [w, h], (8, 2))
+    boxes = np.concatenate([corner, corner + rng.uniform(0, 90, (8, 2))], axis=1)
+    boxes[5] = [50, 50, 50, 80]  # an empty box: an empty mask
+    in_box = yi.instance_masks(protos, coefficients, boxes, (h, w))
+    monkeypatch.setattr(yi, "DEVICE_MASK_BYTES", 3 * 4 * h * w)
+    monkeypatch.setattr(yi.mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
+    with mx.stream(mx.cpu):
+        whole = yi.instance_masks(protos, coefficients, boxes, (h, w))
+    assert in_box.any(axis=(1, 2)).sum() >= 5 and not in_box[5].any()
+    np.testing.assert_array_equal(whole, in_box)
+    np.testing.assert_array_equal(yi.non_empty(in_box, boxes), in_box.any(axis=(1, 2)))

@@ -169,6 +169,32 @@ def test_a_failing_reader_fails_its_image_only(tmp_path, capsys):
     assert f"error: {jobs[2].name}: OSError: disk read error" in err
 
 
+def test_writers_side_by_side_report_in_input_order(tmp_path, capsys):
+    """With 3 writers: image 0's finish waits until image 1's has started (one writer alone never
+    starts it); the lines keep the input order, and a failing finish fails its image only, reported
+    in its place."""
+    jobs = make_jobs(tmp_path, 12)
+    second_started = threading.Event()
+    overlapped: list[bool] = []
+
+    def finish(job, item, result):
+        if result == 1:
+            second_started.set()
+        if result == 0:
+            overlapped.append(second_started.wait(PATIENCE_S))
+        if result == 7:
+            raise ValueError("seven")
+        return {}, str(result)
+
+    with pytest.raises(typer.Exit):
+        run_jobs(jobs, 2, what="t", as_json=False, load=lambda: "m", prepare=index,
+                 predict=lambda model, items: items, finish=finish, writers=3)
+    assert overlapped == [True]
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(i) for i in range(12) if i != 7]
+    assert "007.png" in captured.err and "seven" in captured.err and "1 of 12 images failed" in captured.err
+
+
 @pytest.mark.gpu
 def test_a_folder_of_many_letterbox_shapes_runs_to_the_end_on_the_gpu(tmp_path):
     """Fourteen letterbox shapes at two batch sizes build far more cuDNN convolution plans than

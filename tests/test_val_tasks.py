@@ -4,6 +4,7 @@ predictions, and the command's report."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,148 @@ def test_val_detect_reports_mask_or_pose_metrics(name, tmp_path):
     text = subprocess.run(run + ["val", "detect", str(root), "-w", str(weights), "--imgsz", "320"],
                           capture_output=True, text=True).stdout
     assert ("Mask(P" if name.endswith("-seg") else "Pose(P") in text and "Box(P" in text
+
+
+@pytest.mark.parametrize("name", ["yolo11n-seg", "yolov8n-pose"])
+def test_val_detect_on_a_coco_file_equals_cocoeval(name, tmp_path):
+    """A COCO instances file with segmentations (polygons, one object in two parts, and
+    run-length masks) or keypoints and areas, the labels the model's own predictions on bus.jpg:
+    the command's coco numbers for masks or keypoints equal COCOeval's reading the same file and
+    the command's --save-json."""
+    pytest.importorskip("pycocotools")
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    from mlxnet.image import load_image
+
+    seg = name.endswith("-seg")
+    weights = saved_checkpoint(name, tmp_path)
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "bus.jpg").write_bytes(BUS.read_bytes())
+    run = [sys.executable, "-m", "mlxnet"]
+    made = subprocess.run(run + ["detect", str(images / "bus.jpg"), "-w", str(weights), "-o", str(tmp_path / "pred"),
+                                 "--imgsz", "320", "--conf", "0.3", "--max-det", "6", "--json"],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    found = json.loads(made.stdout.splitlines()[-1])["detections"]
+    assert len(found) >= 3
+    h, w = load_image(BUS).shape[:2]
+    annotations = []
+    for k, d in enumerate(found):
+        x1, y1, x2, y2 = d["box"]
+        a = {"id": k + 1, "image_id": 7, "category_id": d["class"] + 1, "iscrowd": 0,
+             "bbox": [x1, y1, x2 - x1, y2 - y1]}
+        if seg:
+            outline = np.column_stack([d["segments"]["x"], d["segments"]["y"]]) + k % 3 - 1  # moved a pixel
+            polygon = outline.reshape(-1).tolist()
+            if k % 3 == 0:  # run-length, as pycocotools encodes it
+                mask = inst.coco_polygon_mask([outline], (h, w))
+                a["segmentation"] = inst.coco_rle(mask)
+                a["area"] = float(mask.sum())
+            else:  # polygons; the second object's in two parts
+                half = len(outline) // 2 if k == 1 and len(outline) >= 8 else len(outline)
+                a["segmentation"] = [p for p in (outline[:half].reshape(-1).tolist(), outline[half:].reshape(-1).tolist())
+                                     if len(p) >= 6] or [polygon]
+                a["area"] = float(inst.coco_polygon_mask([np.array(p).reshape(-1, 2) for p in a["segmentation"]],
+                                                         (h, w)).sum())
+        else:
+            kp = d["keypoints"]
+            shift = np.random.default_rng(k).normal(0, 2 + k, (len(kp["x"]), 2))
+            vis = [0 if (k == 0 or j % 5 == 4) else 2 for j in range(len(kp["x"]))]  # object 0 shows none
+            a["keypoints"] = np.column_stack([np.array(kp["x"]) + shift[:, 0], np.array(kp["y"]) + shift[:, 1],
+                                              vis]).reshape(-1).tolist()
+            a["num_keypoints"] = int(sum(v > 0 for v in vis))
+            a["area"] = float((x2 - x1) * (y2 - y1) * 0.6)
+        annotations.append(a)
+    named = {d["class"]: d["name"] for d in found}  # categories by the model's names; id = class + 1
+    spec = {"images": [{"id": 7, "file_name": "bus.jpg", "height": h, "width": w}], "annotations": annotations,
+            "categories": [{"id": c + 1, "name": n} for c, n in sorted(named.items())]}
+    data = tmp_path / "instances_val.json"
+    data.write_text(json.dumps(spec))
+    saved = tmp_path / "predictions.json"
+    done = subprocess.run(run + ["val", "detect", str(data), "--images", str(images), "-w", str(weights), "--imgsz",
+                                 "320", "--json", "--metric", "coco", "--save-json", str(saved)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    task = json.loads(done.stdout.splitlines()[-1])["metrics"]["masks" if seg else "keypoints"]
+    truth = COCO(str(data))
+    evaluation = COCOeval(truth, truth.loadRes(str(saved)), "segm" if seg else "keypoints")
+    evaluation.params.areaRng, evaluation.params.areaRngLbl = [[0, 1e10]], ["all"]
+    evaluation.params.maxDets = [300]
+    evaluation.evaluate()
+    evaluation.accumulate()
+    precision = evaluation.eval["precision"][:, :, :, 0, 0]
+    theirs = {cid - 1: (precision[:, :, k].mean(), precision[0, :, k].mean())
+              for k, cid in enumerate(evaluation.params.catIds) if (precision[:, :, k] > -1).any()}
+    ours = {c["class"]: (c["map50_95"], c["map50"]) for c in task["classes"]}
+    assert sorted(ours) == sorted(theirs) and len(ours) >= 1
+    np.testing.assert_allclose([ours[k] for k in sorted(ours)], [theirs[k] for k in sorted(theirs)], atol=1e-6)
+    assert 0.05 < np.mean([v[0] for v in ours.values()]) < 0.99
+
+
+def test_coco_polygons_and_run_lengths_as_pycocotools_makes_them():
+    """Polygons (several per object, points outside the image, repeated points) filled pixel for
+    pixel as frPyObjects + merge fill them; run-length masks decoded from both of its forms."""
+    pytest.importorskip("pycocotools")
+    from pycocotools import mask as rle
+
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        h, w = (int(v) for v in rng.integers(1, 60, 2))
+        parts = []
+        for _ in range(int(rng.integers(1, 3))):
+            n = int(rng.integers(3, 9))
+            points = np.column_stack([rng.uniform(-5, w + 5, n), rng.uniform(-5, h + 5, n)])
+            if case % 4 == 0:
+                points = np.round(points)
+                points[1] = points[0]
+            parts.append(points)
+        ours = inst.coco_polygon_mask(parts, (h, w))
+        theirs = rle.decode(rle.merge(rle.frPyObjects([p.reshape(-1).tolist() for p in parts], h, w))).astype(bool)
+        np.testing.assert_array_equal(ours, theirs)
+        code = rle.encode(np.asfortranarray(theirs.astype(np.uint8)))
+        np.testing.assert_array_equal(inst.coco_rle_decode({"size": [h, w], "counts": code["counts"].decode()}, "x"),
+                                      theirs)
+        flat = theirs.reshape(-1, order="F").astype(np.int8)
+        runs = np.diff(np.concatenate([[0], np.flatnonzero(np.diff(flat)) + 1, [flat.size]])).tolist()
+        runs = [0] + runs if flat[0] else runs
+        np.testing.assert_array_equal(inst.coco_rle_decode({"size": [h, w], "counts": runs}, "x"), theirs)
+
+
+@pytest.mark.parametrize("annotation, message", [
+    ({"segmentation": [[1, 2, 3, 4]]}, "not 3 or more x, y pairs"),
+    ({"segmentation": {"size": [2], "counts": "0"}}, "'size' must be [height, width]"),
+    ({"segmentation": "abc"}, "must be polygons"),
+    ({"keypoints": [1, 2]}, "x, y, visibility triples"),
+    ({"area": -3}, "key 'area' must be a number >= 0"),
+])
+def test_coco_file_segment_and_keypoint_fields_are_checked(annotation, message, tmp_path):
+    from mlxnet.errors import MlxnetError
+    from mlxnet.evaluation import coco
+
+    (tmp_path / "bus.jpg").write_bytes(BUS.read_bytes())
+    spec = {"images": [{"id": 1, "file_name": "bus.jpg"}], "categories": [{"id": 1, "name": "person"}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5], **annotation}]}
+    (tmp_path / "a.json").write_text(json.dumps(spec))
+    with pytest.raises(MlxnetError, match=r"a\.json: annotations\[0\]: .*" + re.escape(message)):
+        coco.load(tmp_path / "a.json")
+
+
+def test_coco_run_length_masks_must_fit_their_image(tmp_path):
+    from mlxnet.errors import MlxnetError
+    from mlxnet.evaluation import coco
+
+    (tmp_path / "bus.jpg").write_bytes(BUS.read_bytes())
+    spec = {"images": [{"id": 1, "file_name": "bus.jpg"}], "categories": [{"id": 1, "name": "person"}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5],
+                             "segmentation": {"size": [4, 5], "counts": [3, 2, 15]}},
+                            {"id": 2, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5],
+                             "segmentation": {"size": [4, 5], "counts": [3, 2, 14]}}]}
+    (tmp_path / "a.json").write_text(json.dumps(spec))
+    image = coco.load(tmp_path / "a.json").images[0]
+    with pytest.raises(MlxnetError, match=r"object 0's segmentation is a 5x4 run-length mask, the image 810x1080"):
+        image.masks((1080, 810))
+    with pytest.raises(MlxnetError, match=r"object 1's segmentation: run-length counts cover 19 pixels, its size 4x5 is 20"):
+        image.masks((4, 5))
+    assert inst.coco_rle_decode(spec["annotations"][0]["segmentation"], "x").sum() == 2

@@ -12,7 +12,7 @@ import typer
 
 from mlxnet.commands import grammar, video
 from mlxnet.commands.images import Job, check_outputs, expand_inputs, load_model, mirror, names_one_file
-from mlxnet.commands.pipeline import run_jobs
+from mlxnet.commands.pipeline import readers, run_jobs
 from mlxnet.errors import MlxnetError
 from mlxnet.video import VIDEO_EXTENSIONS
 
@@ -170,7 +170,8 @@ def detect(
                 prepare=prepare,
                 predict=lambda detector, items: predict(detector, [boxed for _, boxed in items]),
                 finish=finish,
-                group=lambda item: item[1].pixels.shape)  # a batch is one letterbox shape: one forward
+                group=lambda item: item[1].pixels.shape,  # a batch is one letterbox shape: one forward
+                writers=readers())  # each image's drawing and files are its own: written side by side
         except typer.Exit as e:
             if not video_jobs or not e.exit_code:
                 raise

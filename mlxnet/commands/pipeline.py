@@ -36,6 +36,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Generic, Hashable, Sequence, TypeVar
 
@@ -128,18 +129,22 @@ def _predict_batch(model: Model, prepared: list[Prepared],
 
 
 class _Writer(Generic[Prepared, Result]):
-    """The writer thread: ``finish`` for each image in input order, its line reported.
+    """The writer thread: ``finish`` for each image, its line reported in input order.
 
-    Results arrive in any order (grouping runs later images first); each waits until every
-    earlier image is written. The queue is short, so a slow disk holds the model back instead
-    of results piling up in memory."""
+    Results arrive in any order (grouping runs later images first); each is finished once every
+    earlier one has been taken up. With ``writers`` > 1, ``finish`` runs on that many threads
+    (encoding and drawing release the GIL) while this thread reports the results in order. The
+    queues are short, so a slow disk holds the model back instead of results piling up in memory."""
 
     def __init__(self, finish: Callable[[Job, Prepared, Result], tuple[dict, str | None]], display: ProgressBar,
-                 as_json: bool, depth: int, times: StageTimes) -> None:
+                 as_json: bool, depth: int, times: StageTimes, writers: int = 1) -> None:
         self._finish, self._display, self._as_json, self.times = finish, display, as_json, times
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._waiting: list[tuple[int, Job, object, object]] = []
         self._next = 0
+        self._pool = ThreadPoolExecutor(writers, thread_name_prefix="mlxnet-writer") if writers > 1 else None
+        self._in_flight: deque[tuple[Job, Future]] = deque()
+        self._most_in_flight = 2 * writers
         self.failed = 0
         self._fault: BaseException | None = None
         self._stopped = False
@@ -153,11 +158,13 @@ class _Writer(Generic[Prepared, Result]):
 
     def close(self, completed: bool) -> None:
         """Wait until every image handed over is written (``completed``), or stop after the
-        image being written (the command is ending on an error or an interrupt)."""
+        images being written (the command is ending on an error or an interrupt)."""
         if not completed:
             self._stopped = True
         self._queue.put(_DONE)
         self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
         self._raise_fault()
 
     def _raise_fault(self) -> None:
@@ -169,11 +176,19 @@ class _Writer(Generic[Prepared, Result]):
             while True:
                 entry = self._queue.get()
                 if entry is _DONE or self._stopped:
+                    while self._in_flight and not self._stopped:
+                        self._report_first()
                     return
                 heapq.heappush(self._waiting, entry)
                 while self._waiting and self._waiting[0][0] == self._next and not self._stopped:
                     _, job, item, result = heapq.heappop(self._waiting)
-                    self._write(job, item, result)
+                    if self._pool is None:
+                        self._report(job, self._finished(job, item, result))
+                    else:
+                        self._in_flight.append((job, self._pool.submit(self._finished, job, item, result)))
+                        while self._in_flight and (self._in_flight[0][1].done()
+                                                   or len(self._in_flight) > self._most_in_flight):
+                            self._report_first()
                     self._next += 1
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self._fault = e
@@ -181,23 +196,35 @@ class _Writer(Generic[Prepared, Result]):
                 if self._queue.get() is _DONE:
                     return
 
-    def _write(self, job: Job, item: object, result: object) -> None:
+    def _finished(self, job: Job, item: object, result: object) -> tuple[object, float]:
+        """``finish``'s (record, line), or the exception that failed the image; and its seconds."""
         since = time.perf_counter()
         try:
             if isinstance(item, Exception):
                 raise item
             if isinstance(result, Exception):
                 raise result
-            record, line = self._finish(job, item, result)  # type: ignore[arg-type]
+            outcome: object = self._finish(job, item, result)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - any error of one image fails that image alone
+            outcome = e
+        return outcome, time.perf_counter() - since
+
+    def _report_first(self) -> None:
+        job, future = self._in_flight.popleft()
+        self._report(job, future.result())
+
+    def _report(self, job: Job, finished: tuple[object, float]) -> None:
+        outcome, seconds = finished
+        if isinstance(outcome, Exception):
             self.failed += 1
-            report_failure(self._display, job, e, self._as_json)
+            report_failure(self._display, job, outcome, self._as_json)
         else:
+            record, line = outcome  # type: ignore[misc]
             if self._as_json:
                 self._display.out(json_line({"image": job.name, **record}))
             elif line is not None:  # None: the command reports at the end (val's table), not per image
                 self._display.out(line)
-        self.times.add_since("write", since)
+        self.times.add("write", seconds)
         self.times.written()
         self._display.advance()
 
@@ -266,7 +293,7 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
              prepare: Callable[[Job], Prepared],
              predict: Callable[[Model, list[Prepared]], Sequence[Result]],
              finish: Callable[[Job, Prepared, Result], tuple[dict, str | None]],
-             group: Callable[[Prepared], Hashable] | None = None) -> None:
+             group: Callable[[Prepared], Hashable] | None = None, writers: int = 1) -> None:
     """Run every job, ``batch`` images at a time, and end with exit code 1 if any failed.
 
     ``prepare(job)`` (on a reader thread) reads the job's image and what else it needs, checks
@@ -274,8 +301,10 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
     (on the calling thread) runs a batch; ``finish(job, item, result)`` (on the writer thread)
     writes the outputs and returns the JSON record and the text line (None: no line). ``prepare`` and
     ``finish`` work on host data only (NumPy, Pillow, files): MLX work belongs in ``predict``.
-    ``group(item)``, if given, is a key that the items of one batch share. An error in any of
-    them fails that image only; ``load()``'s error ends the command."""
+    ``group(item)``, if given, is a key that the items of one batch share. ``writers`` > 1:
+    ``finish`` may run on that many threads at once (it must be safe to: each call writes its own
+    files), the reports still in input order. An error in any of them fails that image only;
+    ``load()``'s error ends the command."""
     loaded: list[Model] = []
 
     def model() -> Model:
@@ -286,7 +315,7 @@ def run_jobs(jobs: Sequence[Job], batch: int, *, what: str, as_json: bool,
     mine = distributed.shard(jobs)  # all of them, unless started by mlx.launch
     with runtime_compiling_off(), \
             progress_bar(what, len(mine), quiet=as_json or not distributed.is_main(), unit="img") as display:
-        writer: _Writer = _Writer(finish, display, as_json, depth=window_for(batch), times=StageTimes())
+        writer: _Writer = _Writer(finish, display, as_json, depth=window_for(batch), times=StageTimes(), writers=writers)
         completed = False
         try:
             _run_all(mine, batch, model, fetched_first(prepare), predict, group, writer)

@@ -84,7 +84,7 @@ def coco_results(image_id: int | str, boxes: np.ndarray, scores: np.ndarray, cla
 class Labelled:
     """What val detect measures against, whatever the format: the images, each image's labels
     (boxes in pixels, class indices of the model) and id for --save-json, and the class names;
-    a YOLO-format dataset's labels with their polygons and keypoints (``instances``)."""
+    and the labels with their shapes, keypoints and areas (``instances``)."""
 
     source: str  # the data.yaml or the COCO JSON, as messages name it
     images: list[Path]
@@ -92,7 +92,7 @@ class Labelled:
     image_id: Callable[[Path], int | str]
     category: Callable[[int], int | None]
     names: tuple[str, ...]
-    instances: Callable[[Path, int, int], Any] | None = None
+    instances: Callable[[Path, int, int], Any]  # (image, width, height) -> dataset.Instances
 
 
 def yolo_format(data: Path) -> Labelled:
@@ -120,8 +120,15 @@ def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]
         found = dataset.by_path[str(image)]
         return found.boxes, np.array([to_class[c] for c in found.categories.tolist()], np.int64)
 
+    def instances(image: Path, w: int, h: int) -> Any:
+        from mlxnet.evaluation.dataset import Instances
+
+        found = dataset.by_path[str(image)]
+        boxes, classes = labels(image, w, h)
+        return Instances(boxes, classes, found.masks((h, w)), found.keypoints, found.areas)
+
     return Labelled(str(data), [image.path for image in dataset.images], labels,
-                    lambda image: dataset.by_path[str(image)].id, to_category.get, model_names)
+                    lambda image: dataset.by_path[str(image)].id, to_category.get, model_names, instances)
 
 
 def instance_overlap(task: str, found: Any, predicted: np.ndarray, pred_boxes: np.ndarray, image_hw: tuple[int, int],
@@ -136,11 +143,15 @@ def instance_overlap(task: str, found: Any, predicted: np.ndarray, pred_boxes: n
         labels = inst.polygon_masks(found.polygons, found.boxes, image_hw)
         return inst.mask_iou(labels, predicted, found.boxes, pred_boxes), everyone, None
     if found.keypoints is None:
-        raise MlxnetError("a pose model's keypoints are measured against keypoint labels: the dataset's "
-                          "data.yaml needs its kpt_shape")
+        raise MlxnetError("a pose model's keypoints are measured against keypoint labels: a data.yaml needs its "
+                          "kpt_shape, a COCO file its annotations' keypoints")
+    if found.keypoints.shape[1] != predicted.shape[1]:
+        raise MlxnetError(f"the labels have {found.keypoints.shape[1]} keypoints an object, the model predicts "
+                          f"{predicted.shape[1]}")
     visible = (found.keypoints[..., 2] > 0).any(axis=1) if found.keypoints.shape[-1] > 2 else everyone
     points = inst.with_visibility(found.keypoints)
-    areas = np.prod(found.boxes[:, 2:] - found.boxes[:, :2], axis=1) * inst.AREA_FROM_BOX
+    areas = found.areas if found.areas is not None else \
+        np.prod(found.boxes[:, 2:] - found.boxes[:, :2], axis=1) * inst.AREA_FROM_BOX
     oks = inst.keypoint_oks(points, predicted, found.boxes, areas)
     if metric == "coco":
         return oks, visible, ~visible
@@ -195,7 +206,8 @@ def detect(
     dataset's val images (at ultralytics' validation settings: conf 0.001, IoU 0.7, max_det 300,
     multi-label NMS, rect letterbox batches), and the speed: images/s, decode / forward / NMS per
     image. A segment checkpoint adds the same for its masks (mask IoU), a pose checkpoint for its
-    keypoints (OKS), against a YOLO-format dataset's polygon or keypoint labels."""
+    keypoints (OKS), against polygon or keypoint labels (YOLO format) or a COCO file's segmentations
+    and keypoints."""
     from mlxnet import distributed, families
     from mlxnet.commands.images import Job, Source, load_model
     from mlxnet.commands.pipeline import run_jobs
@@ -238,10 +250,6 @@ def detect(
         target = {path: (int(h), int(w)) for path, (h, w) in zip(known, shapes)}
     stats = Stats()
     task = detector.net.task
-    if task != "detect" and labelled.instances is None:
-        print(f"note: {labelled.source}: mask and keypoint metrics read YOLO-format labels; boxes only here",
-              file=sys.stderr, flush=True)
-        task = "detect"
     task_stats = Stats()  # masks (segment) or keypoints (pose)
     predictions: list[dict] = []  # COCO results, for --save-json
     speed = Speed()

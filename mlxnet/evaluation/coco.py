@@ -2,6 +2,11 @@
 
 The JSON holds ``images`` (``id``, ``file_name``), ``annotations`` (``image_id``, ``category_id``,
 ``bbox`` as x, y, w, h in pixels, optional ``iscrowd``) and ``categories`` (``id``, ``name``).
+For a segment or pose model an annotation's ``segmentation`` (polygons, or run-length encoded as
+pycocotools writes it), ``keypoints`` (x, y, v per keypoint) and ``area`` are read as well, as
+COCOeval's ``segm`` and ``keypoints`` evaluations read them: an annotation without a
+segmentation is its box, one without keypoints has none visible, one without an area is given
+its box's area × 0.53 (ultralytics' stand-in for a person's area).
 Category ids are mapped to a model's class indices by name (:func:`class_map`): COCO's own ids
 (1..90, with gaps) are not the 0..79 a YOLO checkpoint predicts.
 
@@ -25,6 +30,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlxnet.errors import MlxnetError
+from mlxnet.evaluation.instances import AREA_FROM_BOX, coco_polygon_mask, coco_rle_decode
+
+# An annotation's segmentation as read: polygons (each (P, 2) in pixels), an RLE dict
+# ({"size": [h, w], "counts": str or list}), or None (no segmentation: its box).
+Segment = list[np.ndarray] | dict | None
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,28 @@ class CocoImage:
     path: Path
     boxes: np.ndarray  # (N, 4) xyxy in pixels
     categories: np.ndarray  # (N,) COCO category ids
+    segments: list[Segment] = field(default_factory=list)  # per object: polygons, an RLE, or None (its box)
+    keypoints: np.ndarray | None = None  # (N, P, 3), where the file has keypoints
+    areas: np.ndarray | None = None  # (N,) the annotations' areas (box area × 0.53 where one gives none)
+
+    def masks(self, image_hw: tuple[int, int]) -> list[np.ndarray]:
+        """Each object's bool (H, W) mask as pycocotools makes it from the file: its polygons
+        filled (its box, where it has none), or its run-length mask (which must be the image's
+        size)."""
+        out = []
+        for i, (segment, box) in enumerate(zip(self.segments, self.boxes)):
+            where = f"{self.path}: object {i}'s segmentation"
+            if isinstance(segment, dict):
+                size = tuple(segment["size"])
+                if size != tuple(image_hw):
+                    raise MlxnetError(f"{where} is a {size[1]}x{size[0]} run-length mask, the image "
+                                      f"{image_hw[1]}x{image_hw[0]}")
+                out.append(coco_rle_decode(segment, where))
+            else:
+                x1, y1, x2, y2 = box
+                corners = np.array([[x1, y1], [x1, y2], [x2, y2], [x2, y1]])  # pycocotools' box polygon
+                out.append(coco_polygon_mask(segment if segment is not None else [corners], image_hw))
+        return out
 
 
 @dataclass(frozen=True)
@@ -111,6 +143,59 @@ def _box(record: dict, where: str) -> list[float]:
     return [x, y, x + w, y + h]
 
 
+def _segment(record: dict, where: str) -> Segment:
+    """The annotation's ``segmentation``: polygons ``[[x1, y1, x2, y2, ...], ...]`` (3 points or
+    more each) or an RLE ``{"size": [h, w], "counts": ...}``; None when it has none."""
+    value = record.get("segmentation")
+    if value is None or value == []:
+        return None
+    if isinstance(value, dict):
+        size, counts = value.get("size"), value.get("counts")
+        if (not isinstance(size, list) or len(size) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in size)):
+            raise MlxnetError(f"{where}: key 'segmentation' run-length 'size' must be [height, width], "
+                              f"got {json.dumps(size)[:40]}")
+        if not isinstance(counts, (str, list)):
+            raise MlxnetError(f"{where}: key 'segmentation' run-length 'counts' must be a string or a list")
+        return {"size": size, "counts": counts}
+    if not isinstance(value, list) or not all(isinstance(p, list) for p in value):
+        raise MlxnetError(f"{where}: key 'segmentation' must be polygons [[x1, y1, x2, y2, ...], ...] or "
+                          f"run-length {{size, counts}}, got {json.dumps(value)[:40]}")
+    polygons = []
+    for p in value:
+        if (len(p) < 6 or len(p) % 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and math.isfinite(v) for v in p)):
+            raise MlxnetError(f"{where}: key 'segmentation' has a polygon that is not 3 or more x, y pairs of "
+                              f"finite numbers: {json.dumps(p)[:60]}")
+        polygons.append(np.array(p, np.float64).reshape(-1, 2))
+    return polygons
+
+
+def _keypoints(record: dict, where: str, count: int | None) -> np.ndarray | None:
+    """The annotation's ``keypoints`` [x1, y1, v1, ...] as (P, 3); None when it has none. Every
+    annotation of a file has as many (``count``: the first's)."""
+    value = record.get("keypoints")
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value or len(value) % 3
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+        raise MlxnetError(f"{where}: key 'keypoints' must be x, y, visibility triples of finite numbers, "
+                          f"got {json.dumps(value)[:60]}")
+    if count is not None and len(value) // 3 != count:
+        raise MlxnetError(f"{where}: key 'keypoints' has {len(value) // 3} keypoints, the file's first annotation "
+                          f"with keypoints {count}")
+    return np.array(value, np.float64).reshape(-1, 3)
+
+
+def _area(record: dict, where: str) -> float | None:
+    value = record.get("area")
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise MlxnetError(f"{where}: key 'area' must be a number >= 0, got {json.dumps(value)[:40]}")
+    return float(value)
+
+
 def image_folder(json_file: Path, first: str, images: Path | None = None) -> Path:
     """The folder that ``file_name``s are relative to (see the module's doc); ``first``: the
     first image's ``file_name``, which must be there."""
@@ -152,6 +237,10 @@ def load(json_file: str | Path, images: Path | None = None) -> CocoDataset:
         raise MlxnetError(f"{json_file}: key 'images' is an empty list")
     boxes: dict[int, list[list[float]]] = {iid: [] for iid, _ in records}
     cats: dict[int, list[int]] = {iid: [] for iid, _ in records}
+    segments: dict[int, list[Segment]] = {iid: [] for iid, _ in records}
+    points: dict[int, list[np.ndarray | None]] = {iid: [] for iid, _ in records}
+    areas: dict[int, list[float]] = {iid: [] for iid, _ in records}
+    keypoint_count: int | None = None
     crowd = 0
     for i, record in enumerate(spec["annotations"]):
         where = f"{json_file}: annotations[{i}]"
@@ -167,9 +256,23 @@ def load(json_file: str | Path, images: Path | None = None) -> CocoDataset:
             continue
         boxes[iid].append(box)
         cats[iid].append(cid)
+        segments[iid].append(_segment(record, where))
+        kp = _keypoints(record, where, keypoint_count)
+        keypoint_count = len(kp) if kp is not None else keypoint_count
+        points[iid].append(kp)
+        area = _area(record, where)
+        areas[iid].append((box[2] - box[0]) * (box[3] - box[1]) * AREA_FROM_BOX if area is None else area)
     folder = image_folder(json_file, records[0][1], images)
+
+    def keypoints_of(iid: int) -> np.ndarray | None:
+        if keypoint_count is None:
+            return None
+        return np.array([np.zeros((keypoint_count, 3)) if p is None else p for p in points[iid]],
+                        np.float64).reshape(-1, keypoint_count, 3)
+
     found = [CocoImage(iid, folder / name, np.array(boxes[iid], np.float64).reshape(-1, 4),
-                       np.array(cats[iid], np.int64)) for iid, name in records]
+                       np.array(cats[iid], np.int64), segments[iid], keypoints_of(iid),
+                       np.array(areas[iid], np.float64)) for iid, name in records]
     return CocoDataset(json_file, found, categories, crowd, {str(image.path): image for image in found})
 
 

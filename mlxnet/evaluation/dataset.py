@@ -34,13 +34,16 @@ class Dataset:
 
 @dataclass
 class Instances:
-    """One image's objects in its pixels: boxes (N, 4) xyxy, classes (N,); a segment label's
-    polygon (P, 2) each (None for a box line), or a pose label's keypoints (N, P, dims)."""
+    """One image's objects in its pixels: boxes (N, 4) xyxy, classes (N,); each one's shape for
+    mask metrics (a polygon (P, 2), a COCO object's mask, or None for a box line: see
+    :func:`mlxnet.evaluation.instances.polygon_masks`), pose labels' keypoints (N, P, dims) and,
+    where the labels give them, the objects' areas (COCO's ``area``, OKS's scale)."""
 
     boxes: np.ndarray
     classes: np.ndarray
     polygons: list[np.ndarray | None]
     keypoints: np.ndarray | None = None
+    areas: np.ndarray | None = None
 
 
 def _names(value: object, yaml_file: Path) -> tuple[str, ...]:

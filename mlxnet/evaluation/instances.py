@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from mlxnet.errors import MlxnetError
+
 # COCO's per-keypoint falloffs (nose, eyes, ears, shoulders, elbows, wrists, hips, knees, ankles).
 COCO_SIGMAS = np.array([0.26, 0.25, 0.25, 0.35, 0.35, 0.79, 0.79, 0.72, 0.72, 0.62, 0.62, 1.07, 1.07, 0.87, 0.87,
                         0.89, 0.89]) / 10
@@ -33,18 +35,22 @@ def with_visibility(points: np.ndarray) -> np.ndarray:
     return np.concatenate([points, np.ones((*points.shape[:-1], 1))], axis=-1)
 
 
-def polygon_masks(polygons: Sequence[np.ndarray | None], boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
-    """(N, H, W) bool label masks: each polygon (P, 2) in pixels filled; a label without one
-    (a box line) fills its box."""
+def polygon_masks(shapes: Sequence[np.ndarray | None], boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
+    """(N, H, W) bool label masks. Each label's shape: a polygon (P, 2) in pixels (filled with
+    OpenCV, as ultralytics rasterises its labels), a bool (H, W) mask (a COCO file's, made as
+    pycocotools makes it), or None (a box line: its box filled)."""
     import cv2
 
     h, w = image_hw
     out = np.zeros((len(boxes), h, w), np.uint8)
-    for i, (polygon, box) in enumerate(zip(polygons, boxes)):
-        if polygon is None:
+    for i, (shape, box) in enumerate(zip(shapes, boxes)):
+        if shape is not None and shape.dtype == bool:
+            out[i] = shape
+            continue
+        if shape is None:
             x1, y1, x2, y2 = box
-            polygon = np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]])
-        cv2.fillPoly(out[i], [np.round(polygon).astype(np.int32)], 1)
+            shape = np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]])
+        cv2.fillPoly(out[i], [np.round(shape).astype(np.int32)], 1)
     return out.astype(bool)
 
 
@@ -127,3 +133,102 @@ def coco_rle(mask: np.ndarray) -> dict:
             if not more:
                 break
     return {"size": [int(mask.shape[0]), int(mask.shape[1])], "counts": "".join(chars)}
+
+
+def coco_rle_decode(rle: dict, where: str) -> np.ndarray:
+    """The bool (H, W) mask of a COCO run-length encoding: compressed (``counts`` a string, as
+    :func:`coco_rle` writes it) or not (a list of runs); runs must cover H × W exactly."""
+    h, w = (int(v) for v in rle["size"])
+    counts = rle["counts"]
+    if isinstance(counts, str):
+        runs = _rle_runs(counts, where)
+    elif all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts):
+        runs = list(counts)
+    else:
+        raise MlxnetError(f"{where}: run-length counts must be whole numbers >= 0")
+    if any(r < 0 for r in runs) or sum(runs) != h * w:
+        raise MlxnetError(f"{where}: run-length counts cover {sum(runs)} pixels, its size {h}x{w} is {h * w}")
+    values = np.zeros(len(runs), bool)
+    values[1::2] = True  # zeros first, then alternating
+    return np.repeat(values, runs).reshape(w, h).T
+
+
+def _rle_runs(counts: str, where: str) -> list[int]:
+    """pycocotools' compressed counts: 5-bit groups offset by 48, the sixth bit saying more
+    follow, the last group's top bit the sign; each run after the second a difference from the
+    run two before."""
+    runs: list[int] = []
+    x, shift = 0, 0
+    for ch in counts:
+        group = ord(ch) - 48
+        if not 0 <= group < 64:
+            raise MlxnetError(f"{where}: run-length counts hold {ch!r}, not a compressed count")
+        x |= (group & 0x1F) << shift
+        shift += 5
+        if group & 0x20:
+            continue
+        if group & 0x10:
+            x |= -1 << shift
+        if len(runs) > 2:
+            x += runs[-2]
+        runs.append(x)
+        x, shift = 0, 0
+    if shift:
+        raise MlxnetError(f"{where}: run-length counts end inside a count")
+    return runs
+
+
+def coco_polygon_mask(polygons: Sequence[np.ndarray], image_hw: tuple[int, int]) -> np.ndarray:
+    """The bool (H, W) mask of a COCO object's polygons (each (P, 2) in pixels), filled as
+    pycocotools fills them (``frPyObjects`` then ``merge``), so that mask IoU against COCO-format
+    labels is COCOeval's: each polygon's outline traced on a 5× grid, the pixels whose centres
+    lie between the outline's crossings of their column set, the polygons' masks joined."""
+    h, w = image_hw
+    out = np.zeros(h * w, bool)
+    for polygon in polygons:
+        out |= _polygon_runs(np.asarray(polygon, np.float64).reshape(-1, 2), h, w)
+    return out.reshape(w, h).T
+
+
+def _polygon_runs(xy: np.ndarray, h: int, w: int) -> np.ndarray:
+    """One polygon as pycocotools' rleFrPoly rasterises it, as a column-major flat mask."""
+    scale = 5.0
+    x = _trunc(scale * xy[:, 0] + 0.5)  # C's (int)(v + .5): towards zero, below zero too
+    y = _trunc(scale * xy[:, 1] + 0.5)
+    x, y = np.append(x, x[0]), np.append(y, y[0])
+    us, vs = [], []
+    for j in range(len(xy)):  # every grid step along each edge, walked from its lower end
+        xs, xe, ys, ye = x[j], x[j + 1], y[j], y[j + 1]
+        dx, dy = abs(xe - xs), abs(ys - ye)
+        flip = (dx >= dy and xs > xe) or (dx < dy and ys > ye)
+        if flip:
+            xs, xe, ys, ye = xe, xs, ye, ys
+        if dx >= dy:
+            t = np.arange(dx + 1)
+            t = dx - t if flip else t
+            s = (ye - ys) / dx if dx else 0.0
+            us.append(t + xs)
+            vs.append(_trunc(ys + s * t + 0.5))
+        else:
+            t = np.arange(dy + 1)
+            t = dy - t if flip else t
+            s = (xe - xs) / dy
+            vs.append(t + ys)
+            us.append(_trunc(xs + s * t + 0.5))
+    u, v = np.concatenate(us), np.concatenate(vs)
+    # Where the outline crosses from one grid column to the next: a pixel column's boundary point.
+    step = np.flatnonzero(u[1:] != u[:-1]) + 1
+    xd = np.where(u[step] < u[step - 1], u[step], u[step] - 1).astype(np.float64)
+    xd = (xd + 0.5) / scale - 0.5
+    keep = (np.floor(xd) == xd) & (xd >= 0) & (xd <= w - 1)
+    yd = np.minimum(v[step], v[step - 1]).astype(np.float64)
+    yd = np.ceil(np.clip((yd + 0.5) / scale - 0.5, 0, h))
+    starts = np.sort(np.append(xd[keep].astype(np.int64) * h + yd[keep].astype(np.int64), h * w))
+    # Each boundary toggles the fill; the flat column-major index order is the runs' order.
+    toggles = np.zeros(h * w + 1, np.int64)
+    np.add.at(toggles, starts, 1)
+    return (np.cumsum(toggles)[: h * w] % 2).astype(bool)
+
+
+def _trunc(values: np.ndarray) -> np.ndarray:
+    return np.trunc(values).astype(np.int64)

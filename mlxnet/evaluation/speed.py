@@ -25,9 +25,11 @@ class Speed:
 
     def add_since(self, stage: str, since: float) -> None:
         """Add the time from ``since`` (a ``time.perf_counter()`` reading) to now to ``stage``."""
-        elapsed = time.perf_counter() - since
+        self.add(stage, time.perf_counter() - since)
+
+    def add(self, stage: str, seconds: float) -> None:
         with self._lock:  # readers add their times from several threads
-            self.seconds[stage] += elapsed
+            self.seconds[stage] += seconds
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
