@@ -446,11 +446,13 @@ class YOLO:
                       item: Letterboxed) -> np.ndarray:
         """Batch member ``index``'s masks (K, H, W) or keypoints (K, P, dims) on the image, for
         the detections of ``anchors`` whose image boxes are ``boxes`` (predict's and val's)."""
-        picked = mx.array(anchors.astype(np.int32))
+        # The kept anchors' rows are picked on the host: a gather on the device would be one more
+        # kernel for a GPU back end to compile at run time (seconds, on a fresh machine).
         if "protos" in extras:
-            return instance_masks(extras["protos"][index], extras["mask_coefficients"][index][picked], boxes,
-                                  item.image_hw, item.ratio_pad)
-        points = np.array(extras["keypoints"][index][picked].astype(mx.float32))
+            coefficients = np.array(extras["mask_coefficients"][index].astype(mx.float32))[anchors]
+            return instance_masks(extras["protos"][index], mx.array(coefficients), boxes, item.image_hw,
+                                  item.ratio_pad)
+        points = np.array(extras["keypoints"][index].astype(mx.float32))[anchors]
         return keypoints_to_image(points.reshape(len(anchors), *self.net.head.kpt_shape), item.letterbox_ratio_pad(),
                                   item.image_hw)
 
