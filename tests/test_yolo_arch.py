@@ -243,9 +243,11 @@ def test_segment_and_pose_heads_in_float16(name):
 @pytest.mark.parametrize("name", TASK_MODELS)
 def test_segment_and_pose_on_the_gpu(name, tmp_path):
     """On the GPU: the extra outputs against the golden (TF32 convolutions: 3e-3 of the range);
-    and on bus.jpg's letterboxed pixels, the 20 best anchors' masks (IoU >= 0.98) or keypoints
-    (0.5 px) as the CPU makes them. (Compared anchor by anchor: these seeded weights score
-    hundreds of boxes 1.0, whose order after NMS ties may differ between the two devices.)"""
+    and on bus.jpg's letterboxed pixels, the 20 best anchors' keypoints within 0.5 px of the CPU's,
+    or their whole masks as the GPU makes them (at the image's size) between the host's in-box
+    masks with every logit lowered and raised by 1% of their range (pixels nearer the threshold
+    may go either way under TF32). Anchor by anchor: these seeded weights score hundreds of boxes
+    1.0, whose order after NMS ties may differ between the two devices."""
     from test_detect_tasks import BUS, saved_checkpoint
 
     import mlxnet
@@ -267,21 +269,25 @@ def test_segment_and_pose_on_the_gpu(name, tmp_path):
         on_cpu = outputs()
     best = np.argsort(-on_cpu["detections"][0, :, 4:].max(axis=1))[:20]
     if "protos" in on_cpu:
-        d = on_cpu["detections"][0, best]
-        boxes = np.concatenate([d[:, :2] - d[:, 2:4] / 2, d[:, :2] + d[:, 2:4] / 2], axis=1)
+        boxes = np.tile([0.0, 0.0, x.shape[2], x.shape[1]], (20, 1))  # whole masks (seeded boxes may be inverted)
 
-        def masks(o, sign):  # seeded prototypes may sum below 0 everywhere: then the other sign
-            return instance_masks(mx.array(o["protos"][0]), mx.array(sign * o["mask_coefficients"][0, best]), boxes,
-                                  x.shape[1:3])
+        def masks(o, sign, shift=0.0):
+            """The 20 masks, every logit raised by ``shift`` (a prototype of ones: the bilinear
+            maps' weights sum to 1); seeded prototypes may sum below 0 everywhere: ``sign``."""
+            protos = o["protos"][0]
+            protos = np.concatenate([protos, np.ones((*protos.shape[:2], 1), np.float32)], axis=-1)
+            coefficients = np.concatenate([sign * o["mask_coefficients"][0, best], np.full((20, 1), shift)], axis=-1)
+            return instance_masks(mx.array(protos), mx.array(coefficients.astype(np.float32)), boxes, x.shape[1:3])
         sign = 1.0
         with mlxnet.use_device("cpu"):  # the host's in-box masks
-            b = masks(on_cpu, sign)
-            if not b.any():
+            if not masks(on_cpu, sign).any():
                 sign = -1.0
-                b = masks(on_cpu, sign)
-        a = masks(on_gpu, sign)  # made whole on the GPU
-        assert b.any()  # some of the 20 masks have pixels: the comparison means something
-        for m, n in zip(a, b):
-            assert (m & n).sum() >= 0.98 * (m | n).sum()
+            # TF32 on the GPU moves logits by a fraction of their range: pixels that near 0 may differ.
+            margin = 0.01 * np.abs(on_cpu["mask_coefficients"][0, best] @ on_cpu["protos"][0].reshape(-1, on_cpu["protos"].shape[-1]).T).max()
+            surely, maybe = masks(on_cpu, sign, -margin), masks(on_cpu, sign, margin)
+        whole = masks(on_gpu, sign)  # made whole on the GPU
+        assert surely.any()  # masks with pixels: the comparison means something
+        assert (maybe & ~surely).sum() <= 0.2 * maybe.sum()  # the margin leaves most pixels decided
+        assert (surely <= whole).all() and (whole <= maybe).all()
     else:
         np.testing.assert_allclose(on_gpu["keypoints"][0, best], on_cpu["keypoints"][0, best], atol=0.5)
