@@ -105,8 +105,9 @@ def yolo_format(data: Path) -> Labelled:
                     lambda image, w, h: ds.read_instances(image, w, h, classes, dataset.kpt_shape))
 
 
-def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]) -> Labelled:
-    """A COCO file's images and labels, its categories mapped to the model's classes by name."""
+def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...], task: str = "detect") -> Labelled:
+    """A COCO file's images and labels, its categories mapped to the model's classes by name;
+    its objects' masks made only for a segment model (``task``)."""
     from mlxnet.evaluation import coco
 
     dataset = coco.load(data, images)
@@ -125,7 +126,8 @@ def coco_format(data: Path, images: Optional[Path], model_names: tuple[str, ...]
 
         found = dataset.by_path[str(image)]
         boxes, classes = labels(image, w, h)
-        return Instances(boxes, classes, found.masks((h, w)), found.keypoints, found.areas)
+        shapes = found.masks((h, w)) if task == "segment" else [None] * len(boxes)
+        return Instances(boxes, classes, shapes, found.keypoints, found.areas)
 
     return Labelled(str(data), [image.path for image in dataset.images], labels,
                     lambda image: dataset.by_path[str(image)].id, to_category.get, model_names, instances)
@@ -233,7 +235,7 @@ def detect(
     # categories are mapped to the model's class names.
     detector = load_model(lambda: family.predictor(weights, model, dtype))
     if labelled is None:
-        labelled = coco_format(data, images, detector.names)
+        labelled = coco_format(data, images, detector.names, detector.net.task)
     elif len(detector.names) != len(labelled.names):
         print(f"note: the model has {len(detector.names)} classes, {labelled.source} names {len(labelled.names)}",
               file=sys.stderr, flush=True)

@@ -132,10 +132,14 @@ def _categories(spec: dict, json_file: Path) -> dict[int, str]:
     return found
 
 
+def _finite(value: Any) -> bool:
+    """A JSON number (not a bool: ``true`` is a mistake, not 1) that is finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _box(record: dict, where: str) -> list[float]:
     bbox = _field(record, "bbox", list, where)
-    if len(bbox) != 4 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                                 for v in bbox):
+    if len(bbox) != 4 or not all(_finite(v) for v in bbox):
         raise MlxnetError(f"{where}: key 'bbox' must be 4 finite numbers [x, y, w, h], got {json.dumps(bbox)[:60]}")
     x, y, w, h = (float(v) for v in bbox)
     if w < 0 or h < 0:
@@ -163,8 +167,7 @@ def _segment(record: dict, where: str) -> Segment:
                           f"run-length {{size, counts}}, got {json.dumps(value)[:40]}")
     polygons = []
     for p in value:
-        if (len(p) < 6 or len(p) % 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                and math.isfinite(v) for v in p)):
+        if len(p) < 6 or len(p) % 2 or not all(_finite(v) for v in p):
             raise MlxnetError(f"{where}: key 'segmentation' has a polygon that is not 3 or more x, y pairs of "
                               f"finite numbers: {json.dumps(p)[:60]}")
         polygons.append(np.array(p, np.float64).reshape(-1, 2))
@@ -178,7 +181,7 @@ def _keypoints(record: dict, where: str, count: int | None) -> np.ndarray | None
     if value is None:
         return None
     if (not isinstance(value, list) or not value or len(value) % 3
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+            or not all(_finite(v) for v in value)):
         raise MlxnetError(f"{where}: key 'keypoints' must be x, y, visibility triples of finite numbers, "
                           f"got {json.dumps(value)[:60]}")
     if count is not None and len(value) // 3 != count:
@@ -191,7 +194,7 @@ def _area(record: dict, where: str) -> float | None:
     value = record.get("area")
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+    if not _finite(value) or value < 0:
         raise MlxnetError(f"{where}: key 'area' must be a number >= 0, got {json.dumps(value)[:40]}")
     return float(value)
 
