@@ -29,7 +29,7 @@ from mlxnet.weights import (Checkpoint, count_mismatch, Description, FoldBN, Rec
 
 from .yolo_arch import ARCHITECTURES, COCO_KEYPOINTS, TASKS, YOLONet, best_pairs, layout_of, task_architecture
 from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
-from .yolo_instances import instance_masks, keypoints_to_image, non_empty
+from .yolo_instances import InstanceMasks, instance_masks, keypoints_to_image
 from .yolo_val import detections as val_detections
 from .yolo_process import (Detections, Letterboxed, coco80_names, end2end_detections, letterbox, letterbox_to,
                            postprocess_batch)
@@ -400,8 +400,8 @@ class YOLO:
             boxes = item.to_image(det[:, :4])
             masks = keypoints = None
             if "protos" in extras:
-                masks = self.val_instances(extras, b, anchor, boxes, item)
-                keep = non_empty(masks, boxes)  # as ultralytics: a detection whose mask is empty is dropped
+                masks = self._masks(extras, b, anchor, boxes, item)
+                keep = masks.non_empty()  # as ultralytics: a detection whose mask is empty is dropped
                 det, boxes, masks = det[keep], boxes[keep], masks[keep]
             else:
                 keypoints = self.val_instances(extras, b, anchor, boxes, item)
@@ -444,17 +444,23 @@ class YOLO:
 
     def val_instances(self, extras: dict[str, mx.array], index: int, anchors: np.ndarray, boxes: np.ndarray,
                       item: Letterboxed) -> np.ndarray:
-        """Batch member ``index``'s masks (K, H, W) or keypoints (K, P, dims) on the image, for
-        the detections of ``anchors`` whose image boxes are ``boxes`` (predict's and val's)."""
+        """Batch member ``index``'s masks (K, H, W) bool or keypoints (K, P, dims) on the image,
+        for the detections of ``anchors`` whose image boxes are ``boxes`` (as ``yolo val`` makes them)."""
+        if "protos" in extras:
+            return self._masks(extras, index, anchors, boxes, item).dense()
         # The kept anchors' rows are picked on the host: a gather on the device would be one more
         # kernel for a GPU back end to compile at run time (seconds, on a fresh machine).
-        if "protos" in extras:
-            coefficients = np.array(extras["mask_coefficients"][index].astype(mx.float32))[anchors]
-            return instance_masks(extras["protos"][index], mx.array(coefficients), boxes, item.image_hw,
-                                  item.ratio_pad)
         points = np.array(extras["keypoints"][index].astype(mx.float32))[anchors]
         return keypoints_to_image(points.reshape(len(anchors), *self.net.head.kpt_shape), item.letterbox_ratio_pad(),
                                   item.image_hw)
+
+    @staticmethod
+    def _masks(extras: dict[str, mx.array], index: int, anchors: np.ndarray, boxes: np.ndarray,
+               item: Letterboxed) -> InstanceMasks:
+        """Batch member ``index``'s instance masks for the detections of ``anchors`` (picked on the
+        host, as the keypoints are)."""
+        coefficients = np.array(extras["mask_coefficients"][index].astype(mx.float32))[anchors]
+        return instance_masks(extras["protos"][index], mx.array(coefficients), boxes, item.image_hw, item.ratio_pad)
 
 
 class YOLOFamily(families.ModelFamily):

@@ -13,6 +13,7 @@ keypoints:  scale_coords: the letterbox undone (padding, then gain) and clipped 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -25,10 +26,83 @@ COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 
                  (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
 
 
+class InstanceMasks:
+    """K boolean instance masks on an (H, W) image, each kept as the part inside its box (a
+    detection's mask is cut to its box, so every pixel outside is False): memory, transfers and
+    drawing grow with the boxes' area, not K whole images.
+
+    ``spans`` (K, 4) int: each mask's [c0, r0, c1, r1) on the image; ``crops``: its (r1 - r0,
+    c1 - c0) pixels. Indexing with an int gives that mask whole (H, W); with an index array, a
+    slice or a boolean mask, the chosen masks; ``np.asarray`` gives them all whole (K, H, W)."""
+
+    def __init__(self, image_hw: tuple[int, int], spans: np.ndarray, crops: Sequence[np.ndarray]) -> None:
+        self.image_hw = (int(image_hw[0]), int(image_hw[1]))
+        self.spans = np.asarray(spans, np.int64).reshape(-1, 4)
+        self.crops = tuple(crops)
+        if len(self.crops) != len(self.spans):
+            raise ValueError(f"{len(self.crops)} crops for {len(self.spans)} spans")
+
+    @classmethod
+    def from_dense(cls, masks: np.ndarray) -> "InstanceMasks":
+        """(K, H, W) bool masks, each kept within its pixels' bounding box."""
+        masks = np.asarray(masks, bool)
+        spans = np.zeros((len(masks), 4), np.int64)
+        for i, m in enumerate(masks):
+            rows, cols = np.flatnonzero(m.any(axis=1)), np.flatnonzero(m.any(axis=0))
+            if rows.size:
+                spans[i] = cols[0], rows[0], cols[-1] + 1, rows[-1] + 1
+        return cls(masks.shape[1:], spans, [m[r0:r1, c0:c1].copy() for m, (c0, r0, c1, r1) in zip(masks, spans)])
+
+    def __len__(self) -> int:
+        return len(self.crops)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (len(self), *self.image_hw)
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            out = np.zeros(self.image_hw, bool)
+            c0, r0, c1, r1 = self.spans[index]
+            out[r0:r1, c0:c1] = self.crops[index]
+            return out
+        chosen = np.arange(len(self))[index]
+        return InstanceMasks(self.image_hw, self.spans[chosen], [self.crops[i] for i in chosen])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.dense()
+        return out if dtype is None else out.astype(dtype)
+
+    def dense(self) -> np.ndarray:
+        """(K, H, W) bool: every mask whole."""
+        out = np.zeros(self.shape, bool)
+        for i, ((c0, r0, c1, r1), crop) in enumerate(zip(self.spans, self.crops)):
+            out[i, r0:r1, c0:c1] = crop
+        return out
+
+    def union(self) -> np.ndarray:
+        """(H, W) bool: the pixels of any mask."""
+        out = np.zeros(self.image_hw, bool)
+        for (c0, r0, c1, r1), crop in zip(self.spans, self.crops):
+            out[r0:r1, c0:c1] |= crop
+        return out
+
+    def non_empty(self) -> np.ndarray:
+        """(K,) which masks have a pixel."""
+        return np.array([crop.any() for crop in self.crops], bool)
+
+    def origins(self) -> list[tuple[int, int]]:
+        """Each crop's top-left pixel (row, column) on the image."""
+        return [(int(r0), int(c0)) for c0, r0, _, _ in self.spans]
+
+
 def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, image_hw: tuple[int, int],
-                   ratio_pad: RatioPad | None = None) -> np.ndarray:
-    """(K, H, W) bool masks on the image from the prototypes (mh, mw, nm) of its letterboxed
-    input, the detections' coefficients (K, nm) and their boxes on the image (K, 4) xyxy.
+                   ratio_pad: RatioPad | None = None) -> InstanceMasks:
+    """The K masks on the image from the prototypes (mh, mw, nm) of its letterboxed input, the
+    detections' coefficients (K, nm) and their boxes on the image (K, 4) xyxy.
 
     Each axis's upsampling, crop and resize are one linear map (two bilinear interpolations
     composed), so a mask is ``rows @ logits @ cols.T``; and since a mask is cut to its box, only
@@ -38,8 +112,9 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
     retina path."""
     h, w = image_hw
     k = coefficients.shape[0]
+    spans = box_spans(boxes, image_hw)
     if k == 0:
-        return np.zeros((k, h, w), bool)
+        return InstanceMasks(image_hw, spans, [])
     mh, mw, nm = protos.shape
     logits = (coefficients.astype(mx.float32) @ protos.reshape(-1, nm).astype(mx.float32).T).reshape(k, mh, mw)
     if ratio_pad is not None:
@@ -56,50 +131,47 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
         left = round((f * mw - max(round(w * gain), 1)) / 2 - 0.1)
         rows = _axis_map(mh, f, top, top + max(round(h * gain), 1), h)
         cols = _axis_map(mw, f, left, left + max(round(w * gain), 1), w)
-    spans = box_spans(boxes, image_hw)
     if mx.default_device().type == mx.DeviceType.gpu:
-        return _masks_on_device(logits, rows, cols, spans, image_hw)
+        return InstanceMasks(image_hw, spans, _crops_on_device(logits, rows, cols, spans, image_hw))
     logits = np.array(logits)  # prototype resolution: small, on the host
-    out = np.zeros((k, h, w), bool)
-    for i, (c0, r0, c1, r1) in enumerate(spans):
-        if c1 > c0 and r1 > r0:
-            out[i, r0:r1, c0:c1] = (rows[r0:r1] @ logits[i]) @ cols[c0:c1].T > 0
-    return out
+    crops = [(rows[r0:r1] @ logits[i]) @ cols[c0:c1].T > 0 if c1 > c0 and r1 > r0
+             else np.zeros((max(r1 - r0, 0), max(c1 - c0, 0)), bool) for i, (c0, r0, c1, r1) in enumerate(spans)]
+    return InstanceMasks(image_hw, spans, crops)
 
 
 def box_spans(boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
     """(K, 4) whole-pixel [c0, r0, c1, r1) spans of xyxy boxes on the image: the pixels (r, c)
-    with x1 <= c < x2 and y1 <= r < y2, c from ceil(x1) to ceil(x2) (ultralytics' crop_mask)."""
+    with x1 <= c < x2 and y1 <= r < y2, c from ceil(x1) to ceil(x2) (ultralytics' crop_mask);
+    an inverted box's span is empty (c1 = c0 or r1 = r0)."""
     h, w = image_hw
     spans = np.ceil(np.nan_to_num(np.asarray(boxes, np.float64).reshape(-1, 4)))
-    return np.clip(spans, 0, [w, h, w, h]).astype(np.int64)
-
-
-def non_empty(masks: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """(K,) which of :func:`instance_masks`' masks have a pixel, looking inside each box only."""
-    spans = box_spans(boxes, masks.shape[1:])
-    return np.array([masks[i, r0:r1, c0:c1].any() for i, (c0, r0, c1, r1) in enumerate(spans)], bool)
+    spans = np.clip(spans, 0, [w, h, w, h]).astype(np.int64)
+    spans[:, 2:] = np.maximum(spans[:, 2:], spans[:, :2])
+    return spans
 
 
 # The float32 logits of the masks made at once on a GPU at the image's size: the peak memory.
 DEVICE_MASK_BYTES = 64 << 20
 
 
-def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
-                     image_hw: tuple[int, int]) -> np.ndarray:
-    """The same masks computed whole on a GPU (the maps' products are a few milliseconds there,
-    where the host's in-box products are most of a photo's time) and cut to their boxes there."""
+def _crops_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
+                     image_hw: tuple[int, int]) -> list[np.ndarray]:
+    """The masks' in-box pixels computed on a GPU: whole masks a few at a time (one batched
+    product each, a few milliseconds there, where the host's per-box products are most of a
+    photo's time), cut to their boxes there, and only the boxes' pixels brought to the host, in
+    one transfer."""
     h, w = image_hw
     rows_d, cols_t = mx.array(rows), mx.array(cols).T
-    ys, xs = mx.arange(h)[None, :, None], mx.arange(w)[None, None, :]
     at_once = max(1, DEVICE_MASK_BYTES // (4 * h * w))
+    sizes = (spans[:, 3] - spans[:, 1]) * (spans[:, 2] - spans[:, 0])
     parts = []
     for start in range(0, len(spans), at_once):
-        s = mx.array(spans[start:start + at_once, :, None, None])
-        inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])
-        full = (rows_d @ logits[start:start + at_once]) @ cols_t
-        parts.append(np.array((full > 0) & inside))
-    return np.concatenate(parts)
+        whole = (rows_d @ logits[start:start + at_once]) @ cols_t > 0
+        parts += [whole[j, r0:r1, c0:c1].reshape(-1)
+                  for j, (c0, r0, c1, r1) in enumerate(spans[start:start + at_once].tolist()) if sizes[start + j]]
+    flat = np.array(mx.concatenate(parts)) if parts else np.zeros(0, bool)
+    pieces = np.split(flat, np.cumsum(sizes)[:-1])
+    return [piece.reshape(r1 - r0, c1 - c0) for piece, (c0, r0, c1, r1) in zip(pieces, spans)]
 
 
 def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:

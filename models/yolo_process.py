@@ -25,6 +25,8 @@ from mlxnet import ops
 from mlxnet.errors import MlxnetError
 from mlxnet.image import draw_boxes, draw_keypoints, overlay_masks, resize_bilinear
 
+from .yolo_instances import COCO_SKELETON, InstanceMasks, mask_outline
+
 STRIDE = 32
 PAD_VALUE = 114
 MAX_NMS = 30000  # ultralytics: at most this many candidates enter NMS (highest scores)
@@ -220,7 +222,7 @@ class Detections:
     scores: np.ndarray
     classes: np.ndarray
     names: tuple[str, ...]
-    masks: np.ndarray | None = None  # segment models: (K, H, W) bool, on the image
+    masks: InstanceMasks | None = None  # segment models: K masks on the image, each within its box
     keypoints: np.ndarray | None = None  # pose models: (K, P, 3) x, y, visibility (or (K, P, 2)), on the image
 
     def __len__(self) -> int:
@@ -248,9 +250,10 @@ class Detections:
 
     def outlines(self) -> list[np.ndarray]:
         """Each instance mask's outline, one polygon (P, 2) in image pixels (ultralytics' masks.xy)."""
-        from .yolo_instances import mask_outline
-
-        return [mask_outline(m) for m in (self.masks if self.masks is not None else [])]
+        if self.masks is None:
+            return []
+        return [mask_outline(crop) + np.float32([left, top]) for crop, (top, left) in
+                zip(self.masks.crops, self.masks.origins())]
 
     def to_dict(self) -> dict:
         return {"detections": self.to_list()}
@@ -258,10 +261,9 @@ class Detections:
     def render(self, image: np.ndarray) -> np.ndarray:
         """A copy of ``image`` with each box drawn and labelled "name score", one colour a class;
         instance masks blended in under them, keypoints (with COCO's skeleton for 17) over them."""
-        from .yolo_instances import COCO_SKELETON
-
         if self.masks is not None and len(self.masks):
-            image = overlay_masks(image, self.masks, alpha=0.5, colour_ids=list(self.classes))
+            image = overlay_masks(image, self.masks.crops, alpha=0.5, colour_ids=list(self.classes),
+                                  origins=self.masks.origins())
         labels = [f"{name} {score:.2f}" for name, score in zip(self.labels, self.scores)]
         out = draw_boxes(image, self.boxes, labels, colour_ids=list(self.classes))
         if self.keypoints is not None and len(self.keypoints):

@@ -13,6 +13,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 from mlxnet.image import load_image
+from mlxnet.models.yolo_instances import InstanceMasks
 from mlxnet.models.yolo_process import Detections
 from mlxnet.tracking import ByteTracker
 from mlxnet.weights import save_converted
@@ -80,13 +81,14 @@ def test_tracking_keeps_each_tracks_mask_and_keypoints():
     masks[0, 10:50, 10:50] = True
     masks[1, 60:90, 60:90] = True
     keypoints = np.random.default_rng(0).random((2, 17, 3)).astype(np.float32)
-    det = Detections(boxes, np.array([0.9, 0.15], np.float32), np.array([0, 0], np.int32), ("a",), masks, keypoints)
+    det = Detections(boxes, np.array([0.9, 0.15], np.float32), np.array([0, 0], np.int32), ("a",),
+                     InstanceMasks.from_dense(masks), keypoints)
     tracker = ByteTracker()
     for _ in range(3):
         kept, ids = tracker.update_detections(det)
     # The low-scoring box starts no track: only the first detection, with its own mask and points.
     assert len(kept) == 1 and len(ids) == 1
-    np.testing.assert_array_equal(kept.masks, masks[:1])
+    np.testing.assert_array_equal(np.asarray(kept.masks), masks[:1])
     np.testing.assert_array_equal(kept.keypoints, keypoints[:1])
 
 
@@ -97,7 +99,7 @@ def test_erase_by_class_with_a_segment_checkpoint_needs_no_sam(tmp_path):
 
     weights = saved_checkpoint("yolo11n-seg", tmp_path)
     found = YOLO.from_pretrained(str(weights)).predict(str(BUS), conf=0.25)
-    assert len(found) and found.masks.any()
+    assert len(found) and found.masks.union().any()
     target = found.labels[0]
     out = tmp_path / "erased.png"
     done = subprocess.run(MLXNET + ["erase", str(BUS), "--class", target, "--yolo-weights", str(weights),
@@ -110,14 +112,15 @@ def test_erase_by_class_with_a_segment_checkpoint_needs_no_sam(tmp_path):
     assert [row["name"] for row in record["instances"]] == [target] * len(mine)
     assert "segments" not in record["instances"][0]
     filled = load_image(Path(record["mask"]), mode="L") > 0
-    union = found.masks[mine].any(axis=0)
+    union = found.masks[mine].union()
     assert filled[union].all()  # every pixel of the objects' masks is filled (dilated beyond)
     assert not np.array_equal(load_image(out), load_image(BUS))
 
 
 def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
-    """The GPU's way (every mask at the image's size, cut to its box there, a few at a time)
-    gives the host's in-box masks: run here on the CPU device, in chunks of 3 masks."""
+    """The GPU's way (every mask at the image's size, cut to its box there, a few at a time,
+    the boxes' pixels brought back in one transfer) gives the host's in-box masks: run here on
+    the CPU device, in chunks of 3 masks."""
     import mlx.core as mx
     from mlxnet.models import yolo_instances as yi
 
@@ -128,11 +131,50 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
     corner = rng.uniform(-10, [w, h], (8, 2))
     boxes = np.concatenate([corner, corner + rng.uniform(0, 90, (8, 2))], axis=1)
     boxes[5] = [50, 50, 50, 80]  # an empty box: an empty mask
+    boxes[6] = [90, 60, 40, 20]  # an inverted box (untrained weights): empty too
     in_box = yi.instance_masks(protos, coefficients, boxes, (h, w))
     monkeypatch.setattr(yi, "DEVICE_MASK_BYTES", 3 * 4 * h * w)
     monkeypatch.setattr(yi.mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
     with mx.stream(mx.cpu):
         whole = yi.instance_masks(protos, coefficients, boxes, (h, w))
-    assert in_box.any(axis=(1, 2)).sum() >= 5 and not in_box[5].any()
-    np.testing.assert_array_equal(whole, in_box)
-    np.testing.assert_array_equal(yi.non_empty(in_box, boxes), in_box.any(axis=(1, 2)))
+    dense = in_box.dense()
+    assert dense.any(axis=(1, 2)).sum() >= 5 and not dense[5].any() and not dense[6].any()
+    np.testing.assert_array_equal(whole.spans, in_box.spans)
+    np.testing.assert_array_equal(np.asarray(whole), dense)
+    np.testing.assert_array_equal(in_box.non_empty(), dense.any(axis=(1, 2)))
+    # Every mask lies inside its box's pixels (x1 <= c < x2).
+    for m, (x1, y1, x2, y2) in zip(dense, boxes):
+        rows, cols = np.nonzero(m)
+        assert ((cols >= x1) & (cols < x2) & (rows >= y1) & (rows < y2)).all()
+
+
+def test_instance_masks_kept_in_their_boxes_act_as_whole_masks():
+    """Masks kept as in-box crops: indexing, cutting, the union, outlines (ultralytics' masks.xy)
+    and the drawing equal the same done on whole-image masks."""
+    from mlxnet.image import overlay_masks
+    from mlxnet.models.yolo_instances import InstanceMasks, mask_outline
+
+    rng = np.random.default_rng(1)
+    h, w = 90, 120
+    dense = np.zeros((5, h, w), bool)
+    for m in dense[:4]:
+        y, x = rng.integers(0, [h - 10, w - 10])
+        m[y:y + rng.integers(3, 40), x:x + rng.integers(3, 60)] = rng.random((1, 1)) < 1
+        m &= rng.random((h, w)) < 0.8  # holes and several parts
+    dense[2, 0:20, 0:30] = True  # touching the image's corner
+    dense[2, h - 5:, w - 7:] = True  # and the opposite one: a mask in two distant parts
+    masks = InstanceMasks.from_dense(dense)
+    assert masks.shape == dense.shape and len(masks) == 5
+    np.testing.assert_array_equal(np.asarray(masks), dense)
+    np.testing.assert_array_equal(masks[3], dense[3])
+    np.testing.assert_array_equal(masks.union(), dense.any(axis=0))
+    np.testing.assert_array_equal(np.asarray(masks[np.array([3, 0])]), dense[[3, 0]])
+    np.testing.assert_array_equal(np.asarray(masks[np.array([True, False, True, False, False])]), dense[[0, 2]])
+    np.testing.assert_array_equal(masks.non_empty(), [True, True, True, True, False])
+    det = Detections(np.zeros((5, 4), np.float32), np.full(5, 0.5, np.float32), np.arange(5, dtype=np.int32),
+                     tuple("abcde"), masks)
+    for got, m in zip(det.outlines(), dense):
+        np.testing.assert_array_equal(got, mask_outline(m))
+    image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(overlay_masks(image, masks.crops, colour_ids=[4, 1, 2, 3, 0], origins=masks.origins()),
+                                  overlay_masks(image, dense, colour_ids=[4, 1, 2, 3, 0]))

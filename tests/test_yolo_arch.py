@@ -277,7 +277,8 @@ def test_segment_and_pose_on_the_gpu(name, tmp_path):
             protos = o["protos"][0]
             protos = np.concatenate([protos, np.ones((*protos.shape[:2], 1), np.float32)], axis=-1)
             coefficients = np.concatenate([sign * o["mask_coefficients"][0, best], np.full((20, 1), shift)], axis=-1)
-            return instance_masks(mx.array(protos), mx.array(coefficients.astype(np.float32)), boxes, x.shape[1:3])
+            return instance_masks(mx.array(protos), mx.array(coefficients.astype(np.float32)), boxes,
+                                  x.shape[1:3]).dense()
         sign = 1.0
         with mlxnet.use_device("cpu"):  # the host's in-box masks
             if not masks(on_cpu, sign).any():
@@ -285,7 +286,7 @@ def test_segment_and_pose_on_the_gpu(name, tmp_path):
             # TF32 on the GPU moves logits by a fraction of their range: pixels that near 0 may differ.
             margin = 0.01 * np.abs(on_cpu["mask_coefficients"][0, best] @ on_cpu["protos"][0].reshape(-1, on_cpu["protos"].shape[-1]).T).max()
             surely, maybe = masks(on_cpu, sign, -margin), masks(on_cpu, sign, margin)
-        whole = masks(on_gpu, sign)  # made whole on the GPU
+        whole = masks(on_gpu, sign)  # made whole on the GPU, brought back as the boxes' pixels
         assert surely.any()  # masks with pixels: the comparison means something
         assert (maybe & ~surely).sum() <= 0.2 * maybe.sum()  # the margin leaves most pixels decided
         assert (surely <= whole).all() and (whole <= maybe).all()

@@ -320,7 +320,7 @@ class Service:
             raise ApiError(400, f"classes: {max(classes)} is out of range (the detector has {len(detector.names)})")
         found = detector.predict(entry.pixels, conf=conf, classes=classes)
         if found.masks is not None:
-            return found.masks.any(axis=0) if len(found) else np.zeros(entry.pixels.shape[:2], bool)
+            return found.masks.union()
         region = np.zeros(entry.pixels.shape[:2], bool)
         predictor, _ = self.embedded(entry)
         for b in found.boxes:

@@ -104,6 +104,15 @@ def _assign(cost: np.ndarray, limit: float) -> tuple[list[tuple[int, int]], list
     return pairs, [i for i in range(rows) if i not in used_r], [j for j in range(cols) if j not in used_c]
 
 
+def _per_detection(value: Any, count: int) -> bool:
+    """Whether a result's field holds one row per detection: an array, or an array-like such as
+    instance masks (a sequence that an index array cuts), of ``count`` rows."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0 and len(value) == count
+    if isinstance(value, (str, bytes, tuple, list, dict)):
+        return False
+    return hasattr(value, "__getitem__") and hasattr(value, "__len__") and len(value) == count
+
 class ByteTracker:
     """ByteTrack over one video's frames, in order: :meth:`update` once per frame."""
 
@@ -196,7 +205,7 @@ class ByteTracker:
         kept, ids = self.update(detections.boxes, detections.scores, detections.classes)
         count = len(detections.boxes)
         rows = {f.name: getattr(detections, f.name)[kept] for f in fields(detections)
-                if isinstance(getattr(detections, f.name), np.ndarray) and len(getattr(detections, f.name)) == count}
+                if _per_detection(getattr(detections, f.name), count)}
         return replace(detections, **rows), ids
 
     def _cost(self, tracks: list[_Track], boxes: np.ndarray, scores: np.ndarray | None) -> np.ndarray:
