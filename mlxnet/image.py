@@ -652,29 +652,24 @@ PALETTE = np.array([
 
 
 def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], alpha: float = 0.5,
-                  colour_ids: Sequence[int] | None = None,
-                  origins: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
-    """Blend each boolean mask onto a copy of the image in its palette colour (the i-th mask's,
-    or ``colour_ids[i]``'s: a detector colours by class), one after another, in 8 bits. A mask
-    is the image's (H, W), or with ``origins`` a window of it whose top-left pixel (row, column)
-    is ``origins[i]`` (an instance's pixels inside its box)."""
+                  colour_ids: Sequence[int] | None = None) -> np.ndarray:
+    """Blend each boolean HW mask onto a copy of the image in its palette colour (the i-th mask's,
+    or ``colour_ids[i]``'s: a detector colours by class), one after another, in 8 bits."""
     import cv2  # OpenCV's blend: several times NumPy's float arithmetic on a photo's worth of masks
 
     out = np.array(image, dtype=np.uint8, copy=True, order="C")
     for i, m in enumerate(masks):
         colour = PALETTE[(colour_ids[i] if colour_ids is not None else i) % len(PALETTE)]
         m = np.asarray(m, bool)
-        top, left = origins[i] if origins is not None else (0, 0)
         rows, cols = np.flatnonzero(m.any(axis=1)), np.flatnonzero(m.any(axis=0))
         if rows.size == 0:
             continue
         # Only the mask's bounding box is touched: an instance mask covers a part of a photo.
-        window = (slice(top + rows[0], top + rows[-1] + 1), slice(left + cols[0], left + cols[-1] + 1))
+        window = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
         part = np.ascontiguousarray(out[window])
         shade = tuple(float(v) * alpha for v in colour) + (0.0,)
         blended = cv2.add(cv2.addWeighted(part, 1 - alpha, part, 0, 0), shade)
-        inside = m[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
-        cv2.copyTo(blended, np.ascontiguousarray(inside).view(np.uint8), part)
+        cv2.copyTo(blended, np.ascontiguousarray(m[window]).view(np.uint8), part)
         out[window] = part
     return out
 

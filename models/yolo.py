@@ -31,8 +31,8 @@ from .yolo_arch import ARCHITECTURES, COCO_KEYPOINTS, TASKS, YOLONet, best_pairs
 from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
 from .yolo_instances import InstanceMasks, instance_masks, keypoints_to_image
 from .yolo_val import detections as val_detections
-from .yolo_process import (Detections, Letterboxed, coco80_names, end2end_detections, letterbox, letterbox_to,
-                           postprocess_batch)
+from .yolo_process import (MASK_ALPHA, Detections, Letterboxed, class_colours, coco80_names, end2end_detections,
+                           letterbox, letterbox_to, postprocess_batch)
 
 if TYPE_CHECKING:
     from mlxnet.tracking import TrackerSettings
@@ -400,7 +400,7 @@ class YOLO:
             boxes = item.to_image(det[:, :4])
             masks = keypoints = None
             if "protos" in extras:
-                masks = self._masks(extras, b, anchor, boxes, item)
+                masks = self._masks(extras, b, anchor, boxes, item, class_colours(det[:, 5]))
                 keep = masks.non_empty()  # as ultralytics: a detection whose mask is empty is dropped
                 det, boxes, masks = det[keep], boxes[keep], masks[keep]
             else:
@@ -456,11 +456,12 @@ class YOLO:
 
     @staticmethod
     def _masks(extras: dict[str, mx.array], index: int, anchors: np.ndarray, boxes: np.ndarray,
-               item: Letterboxed) -> InstanceMasks:
+               item: Letterboxed, colours: np.ndarray | None = None) -> InstanceMasks:
         """Batch member ``index``'s instance masks for the detections of ``anchors`` (picked on the
-        host, as the keypoints are)."""
+        host, as the keypoints are); given the colours they are drawn in, with their layer."""
         coefficients = np.array(extras["mask_coefficients"][index].astype(mx.float32))[anchors]
-        return instance_masks(extras["protos"][index], mx.array(coefficients), boxes, item.image_hw, item.ratio_pad)
+        return instance_masks(extras["protos"][index], mx.array(coefficients), boxes, item.image_hw, item.ratio_pad,
+                              colours, MASK_ALPHA)
 
 
 class YOLOFamily(families.ModelFamily):

@@ -13,6 +13,7 @@ keypoints:  scale_coords: the letterbox undone (padding, then gain) and clipped 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import mlx.core as mx
@@ -26,6 +27,53 @@ COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 
                  (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
 
 
+@dataclass(frozen=True)
+class MaskLayer:
+    """Instance masks blended in their colours, to lay over the image they were made on. Each
+    mask in turn covers its pixels by ``alpha`` of its colour (a later mask over the earlier
+    ones), in 8 bits: ``shade`` becomes round(shade × (1 - alpha)) + round(colour × alpha)
+    there, as OpenCV's weighted sum and addition of a colour compute it. A pixel under
+    ``count`` masks is drawn as round(image × (1 - alpha)^count) + shade (at most 255)."""
+
+    count: np.ndarray  # (H, W) uint8: the masks over each pixel (at most 255 counted)
+    shade: np.ndarray  # (H, W, 3) uint8: their colours as blended
+    colours: np.ndarray  # (K, 3) uint8: the masks' colours, in order
+    alpha: float
+
+    def over(self, image: np.ndarray) -> np.ndarray:
+        """A copy of ``image`` (H, W, 3) uint8 with the masks laid over it."""
+        import cv2  # several times NumPy's float arithmetic on a photo
+
+        out = np.array(image, dtype=np.uint8, copy=True, order="C")
+        rows, cols = np.flatnonzero(self.count.any(axis=1)), np.flatnonzero(self.count.any(axis=0))
+        if rows.size == 0:
+            return out
+        window = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))  # only where masks lie
+        count = np.ascontiguousarray(self.count[window])
+        keep = cv2.LUT(cv2.merge((count, count, count)), ((1 - self.alpha) ** np.arange(256)).astype(np.float32))
+        scaled = cv2.multiply(np.ascontiguousarray(out[window]), keep, dtype=cv2.CV_32F)
+        out[window] = cv2.add(scaled, np.ascontiguousarray(self.shade[window]), dtype=cv2.CV_8U)  # rounds, saturates
+        return out
+
+
+def mask_layer(masks: "InstanceMasks", colours: np.ndarray, alpha: float) -> MaskLayer:
+    """The :class:`MaskLayer` of masks in these colours (K, 3), made on the host from their
+    in-box pixels (a GPU makes the same layer where it makes the masks: :func:`instance_masks`)."""
+    import cv2  # OpenCV's 8-bit blend: several times NumPy's on a photo's worth of masks
+
+    count = np.zeros(masks.image_hw, np.uint8)
+    shade = np.zeros((*masks.image_hw, 3), np.uint8)
+    for crop, (c0, r0, c1, r1), colour in zip(masks.crops, masks.spans, np.asarray(colours, np.float64)):
+        if not crop.any():
+            continue
+        part = np.ascontiguousarray(shade[r0:r1, c0:c1])
+        blended = cv2.add(cv2.addWeighted(part, 1 - alpha, part, 0, 0), tuple(colour * alpha) + (0.0,))
+        cv2.copyTo(blended, np.ascontiguousarray(crop).view(np.uint8), part)
+        shade[r0:r1, c0:c1] = part
+        count[r0:r1, c0:c1] = cv2.add(count[r0:r1, c0:c1], crop.view(np.uint8))  # saturating at 255
+    return MaskLayer(count, shade, np.asarray(colours, np.uint8), alpha)
+
+
 class InstanceMasks:
     """K boolean instance masks on an (H, W) image, each kept as the part inside its box (a
     detection's mask is cut to its box, so every pixel outside is False): memory, transfers and
@@ -33,14 +81,26 @@ class InstanceMasks:
 
     ``spans`` (K, 4) int: each mask's [c0, r0, c1, r1) on the image; ``crops``: its (r1 - r0,
     c1 - c0) pixels. Indexing with an int gives that mask whole (H, W); with an index array, a
-    slice or a boolean mask, the chosen masks; ``np.asarray`` gives them all whole (K, H, W)."""
+    slice or a boolean mask, the chosen masks; ``np.asarray`` gives them all whole (K, H, W).
 
-    def __init__(self, image_hw: tuple[int, int], spans: np.ndarray, crops: Sequence[np.ndarray]) -> None:
+    Masks made on a GPU stay there (``flat``: every crop's pixels, one after another) until
+    their pixels are first read; ``layer``, where made beside them, is their :class:`MaskLayer`
+    (drawing then needs no mask on the host) and ``filled`` which of them have a pixel."""
+
+    def __init__(self, image_hw: tuple[int, int], spans: np.ndarray, crops: Sequence[np.ndarray] | None = None, *,
+                 flat: mx.array | None = None, layer: MaskLayer | None = None,
+                 filled: np.ndarray | None = None) -> None:
         self.image_hw = (int(image_hw[0]), int(image_hw[1]))
         self.spans = np.asarray(spans, np.int64).reshape(-1, 4)
-        self.crops = tuple(crops)
-        if len(self.crops) != len(self.spans):
-            raise ValueError(f"{len(self.crops)} crops for {len(self.spans)} spans")
+        if (crops is None) == (flat is None):
+            raise ValueError("InstanceMasks needs either crops or flat")
+        self._crops = None if crops is None else tuple(crops)
+        # On the device: the flat pixels of these spans' crops, and which of them are these masks.
+        self._source = None if flat is None else (flat, self.spans, np.arange(len(self.spans)))
+        self.layer = layer
+        self._filled = None if filled is None else np.asarray(filled, bool)
+        if self._crops is not None and len(self._crops) != len(self.spans):
+            raise ValueError(f"{len(self._crops)} crops for {len(self.spans)} spans")
 
     @classmethod
     def from_dense(cls, masks: np.ndarray) -> "InstanceMasks":
@@ -53,8 +113,17 @@ class InstanceMasks:
                 spans[i] = cols[0], rows[0], cols[-1] + 1, rows[-1] + 1
         return cls(masks.shape[1:], spans, [m[r0:r1, c0:c1].copy() for m, (c0, r0, c1, r1) in zip(masks, spans)])
 
+    @property
+    def crops(self) -> tuple[np.ndarray, ...]:
+        if self._crops is None:  # first read of masks made on a GPU: their pixels cross now, at once
+            flat, spans, picked = self._source
+            sizes = (spans[:, 3] - spans[:, 1]) * (spans[:, 2] - spans[:, 0])
+            pieces = np.split(np.array(flat), np.cumsum(sizes)[:-1])
+            self._crops = tuple(pieces[i].reshape(r1 - r0, c1 - c0) for i, (c0, r0, c1, r1) in zip(picked, self.spans))
+        return self._crops
+
     def __len__(self) -> int:
-        return len(self.crops)
+        return len(self.spans)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -67,7 +136,20 @@ class InstanceMasks:
             out[r0:r1, c0:c1] = self.crops[index]
             return out
         chosen = np.arange(len(self))[index]
-        return InstanceMasks(self.image_hw, self.spans[chosen], [self.crops[i] for i in chosen])
+        filled = self.non_empty()
+        dropped = np.ones(len(self), bool)
+        dropped[chosen] = False
+        layer = None
+        # The layer still draws the chosen masks when the others are empty and the order is kept.
+        if self.layer is not None and (np.diff(chosen) > 0).all() and not filled[dropped].any():
+            layer = MaskLayer(self.layer.count, self.layer.shade, self.layer.colours[chosen], self.layer.alpha)
+        if self._crops is not None:
+            return InstanceMasks(self.image_hw, self.spans[chosen], [self._crops[i] for i in chosen], layer=layer,
+                                 filled=filled[chosen])
+        out = InstanceMasks(self.image_hw, self.spans[chosen], flat=self._source[0], layer=layer,
+                            filled=filled[chosen])
+        out._source = (self._source[0], self._source[1], self._source[2][chosen])  # still on the device
+        return out
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -85,6 +167,8 @@ class InstanceMasks:
 
     def union(self) -> np.ndarray:
         """(H, W) bool: the pixels of any mask."""
+        if self.layer is not None:
+            return self.layer.count > 0
         out = np.zeros(self.image_hw, bool)
         for (c0, r0, c1, r1), crop in zip(self.spans, self.crops):
             out[r0:r1, c0:c1] |= crop
@@ -92,15 +176,26 @@ class InstanceMasks:
 
     def non_empty(self) -> np.ndarray:
         """(K,) which masks have a pixel."""
-        return np.array([crop.any() for crop in self.crops], bool)
+        if self._filled is None:
+            self._filled = np.array([crop.any() for crop in self.crops], bool)
+        return self._filled
 
     def origins(self) -> list[tuple[int, int]]:
         """Each crop's top-left pixel (row, column) on the image."""
         return [(int(r0), int(c0)) for c0, r0, _, _ in self.spans]
 
+    def over(self, image: np.ndarray, colours: np.ndarray, alpha: float) -> np.ndarray:
+        """A copy of the image with the masks laid over it in these colours (:class:`MaskLayer`)."""
+        colours = np.asarray(colours, np.uint8)
+        layer = self.layer
+        if layer is None or layer.alpha != alpha or not np.array_equal(layer.colours, colours):
+            layer = mask_layer(self, colours, alpha)
+        return layer.over(image)
+
 
 def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, image_hw: tuple[int, int],
-                   ratio_pad: RatioPad | None = None) -> InstanceMasks:
+                   ratio_pad: RatioPad | None = None, colours: np.ndarray | None = None,
+                   alpha: float = 0.5) -> InstanceMasks:
     """The K masks on the image from the prototypes (mh, mw, nm) of its letterboxed input, the
     detections' coefficients (K, nm) and their boxes on the image (K, 4) xyxy.
 
@@ -109,7 +204,8 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
     the box's rows and columns of the maps are multiplied. ``ratio_pad``: a letterbox's known
     gains and padding (``yolo val``'s rect shapes), whose content span the prototypes are sampled
     over directly; None: the predictor's letterbox, the span from the shapes, as ultralytics'
-    retina path."""
+    retina path. ``colours`` (K, 3): the colours they will be drawn in, with ``alpha``, so that a
+    GPU makes their :class:`MaskLayer` where the masks are."""
     h, w = image_hw
     k = coefficients.shape[0]
     spans = box_spans(boxes, image_hw)
@@ -132,7 +228,7 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
         rows = _axis_map(mh, f, top, top + max(round(h * gain), 1), h)
         cols = _axis_map(mw, f, left, left + max(round(w * gain), 1), w)
     if mx.default_device().type == mx.DeviceType.gpu:
-        return InstanceMasks(image_hw, spans, _crops_on_device(logits, rows, cols, spans, image_hw))
+        return _masks_on_device(logits, rows, cols, spans, image_hw, colours, alpha)
     logits = np.array(logits)  # prototype resolution: small, on the host
     crops = [(rows[r0:r1] @ logits[i]) @ cols[c0:c1].T > 0 if c1 > c0 and r1 > r0
              else np.zeros((max(r1 - r0, 0), max(c1 - c0, 0)), bool) for i, (c0, r0, c1, r1) in enumerate(spans)]
@@ -154,24 +250,49 @@ def box_spans(boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
 DEVICE_MASK_BYTES = 64 << 20
 
 
-def _crops_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
-                     image_hw: tuple[int, int]) -> list[np.ndarray]:
-    """The masks' in-box pixels computed on a GPU: whole masks a few at a time (one batched
-    product each, a few milliseconds there, where the host's per-box products are most of a
-    photo's time), cut to their boxes there, and only the boxes' pixels brought to the host, in
-    one transfer."""
+def blend_step(shade: mx.array, tint: mx.array, alpha: float) -> mx.array:
+    """One mask's blend of :class:`MaskLayer` on the device: 8-bit values (held as float32 whole
+    numbers) times 1 - alpha, rounded (half to even, as OpenCV), plus the rounded ``tint``
+    (colour × alpha), saturated at 255."""
+    return mx.minimum(mx.round(shade * (1 - alpha)) + tint, 255)
+
+
+def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
+                     image_hw: tuple[int, int], colours: np.ndarray | None, alpha: float) -> InstanceMasks:
+    """The masks computed on a GPU: whole masks a few at a time (one batched product each, a few
+    milliseconds there, where the host's per-box products are most of a photo's time), cut to
+    their boxes there and kept there. Only which are empty and, given ``colours``, their
+    :class:`MaskLayer` (as :func:`mask_layer` makes it) come to the host: their pixels follow
+    when read."""
     h, w = image_hw
     rows_d, cols_t = mx.array(rows), mx.array(cols).T
+    ys, xs = mx.arange(h)[None, :, None], mx.arange(w)[None, None, :]
     at_once = max(1, DEVICE_MASK_BYTES // (4 * h * w))
     sizes = (spans[:, 3] - spans[:, 1]) * (spans[:, 2] - spans[:, 0])
-    parts = []
+    parts, filled = [], []
+    count, shade = mx.zeros((h, w), mx.int32), mx.zeros((h, w, 3), mx.float32)  # shade: whole numbers
+    # OpenCV's add of a colour to 8-bit pixels rounds the colour first (MaskLayer's blend).
+    tints = np.rint(alpha * np.asarray(colours if colours is not None else np.zeros((len(spans), 3)), np.float64))
+    tints = tints.astype(np.float32)
     for start in range(0, len(spans), at_once):
-        whole = (rows_d @ logits[start:start + at_once]) @ cols_t > 0
-        parts += [whole[j, r0:r1, c0:c1].reshape(-1)
+        s = mx.array(spans[start:start + at_once, :, None, None])
+        inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])
+        cut = ((rows_d @ logits[start:start + at_once]) @ cols_t > 0) & inside
+        filled.append(cut.any(axis=(1, 2)))
+        parts += [cut[j, r0:r1, c0:c1].reshape(-1)
                   for j, (c0, r0, c1, r1) in enumerate(spans[start:start + at_once].tolist()) if sizes[start + j]]
-    flat = np.array(mx.concatenate(parts)) if parts else np.zeros(0, bool)
-    pieces = np.split(flat, np.cumsum(sizes)[:-1])
-    return [piece.reshape(r1 - r0, c1 - c0) for piece, (c0, r0, c1, r1) in zip(pieces, spans)]
+        if colours is not None:  # each mask over the ones before it, in order
+            for j in range(cut.shape[0]):
+                shade = mx.where(cut[j][..., None], blend_step(shade, mx.array(tints[start + j]), alpha), shade)
+            count = count + cut.astype(mx.int32).sum(axis=0)
+    flat = mx.concatenate(parts) if parts else mx.zeros((0,), mx.bool_)
+    layer = None
+    if colours is not None:
+        count, shade = mx.minimum(count, 255).astype(mx.uint8), shade.astype(mx.uint8)
+        mx.eval(flat, count, shade, *filled)  # one wait for all
+        layer = MaskLayer(np.array(count), np.array(shade), np.asarray(colours, np.uint8), alpha)
+    mx.eval(flat, *filled)
+    return InstanceMasks(image_hw, spans, flat=flat, layer=layer, filled=np.concatenate([np.array(f) for f in filled]))
 
 
 def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:

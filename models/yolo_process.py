@@ -23,7 +23,7 @@ import numpy as np
 
 from mlxnet import ops
 from mlxnet.errors import MlxnetError
-from mlxnet.image import draw_boxes, draw_keypoints, overlay_masks, resize_bilinear
+from mlxnet.image import PALETTE, draw_boxes, draw_keypoints, resize_bilinear
 
 from .yolo_instances import COCO_SKELETON, InstanceMasks, mask_outline
 
@@ -32,6 +32,12 @@ PAD_VALUE = 114
 MAX_NMS = 30000  # ultralytics: at most this many candidates enter NMS (highest scores)
 MAX_WH = 7680  # ultralytics: per-class coordinate offset for class-aware NMS
 RatioPad = tuple[tuple[float, float], tuple[int, int]]  # ((gain_h, gain_w), (pad_x, pad_y))
+MASK_ALPHA = 0.5  # how much of its colour an instance mask lays over the image
+
+
+def class_colours(classes: np.ndarray) -> np.ndarray:
+    """(K, 3) uint8: each detection's colour, its class's in the palette (boxes and masks)."""
+    return PALETTE[np.asarray(classes, np.int64) % len(PALETTE)]
 
 
 @lru_cache(maxsize=1)
@@ -262,8 +268,7 @@ class Detections:
         """A copy of ``image`` with each box drawn and labelled "name score", one colour a class;
         instance masks blended in under them, keypoints (with COCO's skeleton for 17) over them."""
         if self.masks is not None and len(self.masks):
-            image = overlay_masks(image, self.masks.crops, alpha=0.5, colour_ids=list(self.classes),
-                                  origins=self.masks.origins())
+            image = self.masks.over(image, class_colours(self.classes), MASK_ALPHA)
         labels = [f"{name} {score:.2f}" for name, score in zip(self.labels, self.scores)]
         out = draw_boxes(image, self.boxes, labels, colour_ids=list(self.classes))
         if self.keypoints is not None and len(self.keypoints):

@@ -118,9 +118,9 @@ def test_erase_by_class_with_a_segment_checkpoint_needs_no_sam(tmp_path):
 
 
 def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
-    """The GPU's way (every mask at the image's size, cut to its box there, a few at a time,
-    the boxes' pixels brought back in one transfer) gives the host's in-box masks: run here on
-    the CPU device, in chunks of 3 masks."""
+    """The GPU's way (every mask at the image's size, cut to its box there, a few at a time, kept
+    there with their layer of colours until read) gives the host's in-box masks and the host's
+    layer: run here on the CPU device, in chunks of 3 masks."""
     import mlx.core as mx
     from mlxnet.models import yolo_instances as yi
 
@@ -132,13 +132,21 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
     boxes = np.concatenate([corner, corner + rng.uniform(0, 90, (8, 2))], axis=1)
     boxes[5] = [50, 50, 50, 80]  # an empty box: an empty mask
     boxes[6] = [90, 60, 40, 20]  # an inverted box (untrained weights): empty too
-    in_box = yi.instance_masks(protos, coefficients, boxes, (h, w))
+    colours = rng.integers(0, 256, (8, 3)).astype(np.uint8)
+    in_box = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours)
+    assert in_box.layer is None  # the host draws from the pixels
     monkeypatch.setattr(yi, "DEVICE_MASK_BYTES", 3 * 4 * h * w)
     monkeypatch.setattr(yi.mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
     with mx.stream(mx.cpu):
-        whole = yi.instance_masks(protos, coefficients, boxes, (h, w))
+        whole = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours)
     dense = in_box.dense()
     assert dense.any(axis=(1, 2)).sum() >= 5 and not dense[5].any() and not dense[6].any()
+    assert (dense.sum(axis=0) >= 2).sum() > 50  # overlapping masks: their order shows in the layer
+    np.testing.assert_array_equal(whole.non_empty(), dense.any(axis=(1, 2)))  # known before any pixel crosses
+    assert whole._crops is None
+    host_layer = yi.mask_layer(in_box, colours, 0.5)
+    np.testing.assert_array_equal(whole.layer.count, host_layer.count)
+    np.testing.assert_array_equal(whole.layer.shade, host_layer.shade)
     np.testing.assert_array_equal(whole.spans, in_box.spans)
     np.testing.assert_array_equal(np.asarray(whole), dense)
     np.testing.assert_array_equal(in_box.non_empty(), dense.any(axis=(1, 2)))
@@ -146,13 +154,36 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
     for m, (x1, y1, x2, y2) in zip(dense, boxes):
         rows, cols = np.nonzero(m)
         assert ((cols >= x1) & (cols < x2) & (rows >= y1) & (rows < y2)).all()
+    # Dropping the empty ones (as predict does) keeps them on the device and their layer.
+    with mx.stream(mx.cpu):
+        whole = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours)
+    kept = whole[whole.non_empty()]
+    assert kept._crops is None and kept.layer is not None
+    np.testing.assert_array_equal(np.asarray(kept), dense[dense.any(axis=(1, 2))])
+    # Dropping a mask with pixels drops the layer: the host makes the remaining masks' own.
+    assert whole[np.array([0, 1])].layer is None
+
+
+def test_the_devices_blend_equals_opencvs_8_bit_blend():
+    """Every 8-bit value under every colour, at several alphas: the device's blend step equals
+    the host's (OpenCV's weighted sum, then its addition of a colour)."""
+    import cv2
+    import mlx.core as mx
+    from mlxnet.models.yolo_instances import blend_step
+
+    values = np.repeat(np.arange(256, dtype=np.uint8), 3).reshape(256, 1, 3)
+    for alpha in (0.5, 0.3, 0.45, 0.7):
+        for c in range(256):
+            tint = np.float32(np.rint(alpha * c))  # as the device path rounds its colours
+            want = cv2.add(cv2.addWeighted(values, 1 - alpha, values, 0, 0), (c * alpha,) * 3 + (0.0,))
+            got = np.array(blend_step(mx.array(values.astype(np.float32)), mx.array(np.full(3, tint)), alpha))
+            np.testing.assert_array_equal(got, want.astype(np.float32), err_msg=f"alpha {alpha}, colour {c}")
 
 
 def test_instance_masks_kept_in_their_boxes_act_as_whole_masks():
     """Masks kept as in-box crops: indexing, cutting, the union, outlines (ultralytics' masks.xy)
     and the drawing equal the same done on whole-image masks."""
-    from mlxnet.image import overlay_masks
-    from mlxnet.models.yolo_instances import InstanceMasks, mask_outline
+    from mlxnet.models.yolo_instances import InstanceMasks, mask_layer, mask_outline
 
     rng = np.random.default_rng(1)
     h, w = 90, 120
@@ -175,6 +206,18 @@ def test_instance_masks_kept_in_their_boxes_act_as_whole_masks():
                      tuple("abcde"), masks)
     for got, m in zip(det.outlines(), dense):
         np.testing.assert_array_equal(got, mask_outline(m))
+    # Drawn: each mask over the ones before it, half its colour (float compositing, rounded
+    # once: within 1 of it), the pixels under no mask untouched.
     image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-    np.testing.assert_array_equal(overlay_masks(image, masks.crops, colour_ids=[4, 1, 2, 3, 0], origins=masks.origins()),
-                                  overlay_masks(image, dense, colour_ids=[4, 1, 2, 3, 0]))
+    colours = rng.integers(0, 256, (5, 3)).astype(np.uint8)
+    expected = image.astype(np.float64)
+    for m, colour in zip(dense, colours):
+        expected[m] = expected[m] * 0.5 + colour * 0.5
+    drawn = masks.over(image, colours, 0.5)
+    assert np.abs(drawn.astype(int) - np.rint(expected)).max() <= 1
+    layer = mask_layer(masks, colours, 0.5)  # drawn as its formula says
+    np.testing.assert_array_equal(layer.count, dense.sum(axis=0))
+    scaled = np.rint(image * np.float32(0.5) ** layer.count[..., None].astype(np.float32))
+    np.testing.assert_array_equal(drawn, np.minimum(scaled + layer.shade, 255))
+    untouched = ~dense.any(axis=0)
+    np.testing.assert_array_equal(drawn[untouched], image[untouched])
