@@ -133,7 +133,9 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
     boxes[5] = [50, 50, 50, 80]  # an empty box: an empty mask
     boxes[6] = [90, 60, 40, 20]  # an inverted box (untrained weights): empty too
     colours = rng.integers(0, 256, (8, 3)).astype(np.uint8)
-    in_box = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours)
+    monkeypatch.setattr(yi.mx, "default_device", lambda: mx.Device(mx.DeviceType.cpu))
+    with mx.stream(mx.cpu):
+        in_box = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours)
     assert in_box.layer is None  # the host draws from the pixels
     monkeypatch.setattr(yi, "DEVICE_MASK_BYTES", 3 * 4 * h * w)
     monkeypatch.setattr(yi.mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
