@@ -273,7 +273,7 @@ def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans
     count, shade = mx.zeros((h, w), mx.int32), mx.zeros((h, w, 3), mx.float32)  # shade: whole numbers
     # OpenCV's add of a colour to 8-bit pixels rounds the colour first (MaskLayer's blend).
     tints = np.rint(alpha * np.asarray(colours if colours is not None else np.zeros((len(spans), 3)), np.float64))
-    tints = tints.astype(np.float32)
+    tints = mx.array(tints.astype(np.float32))  # once: a row of it is a view, no transfer per mask
     for start in range(0, len(spans), at_once):
         s = mx.array(spans[start:start + at_once, :, None, None])
         inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])
@@ -283,7 +283,7 @@ def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans
                   for j, (c0, r0, c1, r1) in enumerate(spans[start:start + at_once].tolist()) if sizes[start + j]]
         if colours is not None:  # each mask over the ones before it, in order
             for j in range(cut.shape[0]):
-                shade = mx.where(cut[j][..., None], blend_step(shade, mx.array(tints[start + j]), alpha), shade)
+                shade = mx.where(cut[j][..., None], blend_step(shade, tints[start + j], alpha), shade)
             count = count + cut.astype(mx.int32).sum(axis=0)
     flat = mx.concatenate(parts) if parts else mx.zeros((0,), mx.bool_)
     layer = None
