@@ -4,7 +4,7 @@ What a user runs, timed as whole processes from start to exit (imports, weights,
 letterbox, forward, NMS, drawing, encoding, writing every annotated copy):
 
     python scripts/bench/bench_detect_path.py [--photos 200] [--model yolov8s] [--runs 2]
-            [--device cpu|gpu] [--json FILE] [--only NAME...] [--keep DIR]
+            [--device cpu|gpu] [--json FILE] [--only NAME...] [--keep DIR] [--records]
 
 - the photos: crops and rescales of the test fixtures (bus.jpg, zidane.jpg), 0.5 to 1.7
   megapixels, many aspect ratios, seeded: the same folder every time;
@@ -16,7 +16,8 @@ letterbox, forward, NMS, drawing, encoding, writing every annotated copy):
   batch 1, float32, ``save=True, stream=True``) and, on a GPU, ``ultralytics-b8-half``
   (``batch=8, half=True``, its fastest documented settings);
 - for each run: wall seconds, images/s, seconds from process start to the first result line
-  (mlxnet's ``--json`` line, the script's line per ultralytics result) and, for mlxnet, where the
+  (the line each tool prints per photo; with ``--records`` each result also as JSON, mlxnet's
+  ``--json`` and ultralytics' ``Results.summary()``, mask outlines included) and, for mlxnet, where the
   time went (``MLXNET_TIMINGS=1``: read / model / write, summed over threads).
 
 Each tool runs with caches of its own: empty for its first run ("cold": a fresh ``TMPDIR``,
@@ -43,13 +44,16 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = [ROOT / "tests" / "fixtures" / "yolo" / name for name in ("bus.jpg", "zidane.jpg")]
 
 ULTRALYTICS_RUN = r"""
-import sys, time
+import json, sys, time
 from ultralytics import YOLO
-source, weights, out, device, batch, half = sys.argv[1:7]
+source, weights, out, device, batch, half, records = sys.argv[1:8]
 model = YOLO(weights)
 for r in model.predict(source, save=True, stream=True, project=out, name="run", exist_ok=True, verbose=False,
                        device=device, batch=int(batch), half=half == "1"):
-    print(f"{r.path} {len(r.boxes)}", flush=True)
+    if records == "1":  # what mlxnet's --json gives: boxes, mask outlines, keypoints
+        print(json.dumps({"path": r.path, "detections": r.summary()}), flush=True)
+    else:
+        print(f"{r.path} {len(r.boxes)}", flush=True)
 """
 
 ULTRALYTICS_WEIGHTS = r"""
@@ -123,11 +127,15 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
 
 
 def _detections_in(line: str) -> int | None:
-    """Detections on one result line (mlxnet's --json record, the ultralytics script's "path
-    count"); None for any other line."""
+    """Detections on one result line: a JSON record (``--records``), the ultralytics script's
+    "path count" or mlxnet's summary line "path: 3 person, 1 bus -> output"; None for any other
+    line."""
     if line.startswith("{"):
         record = json.loads(line)
         return len(record["detections"]) if "detections" in record else None
+    if " -> " in line and ": " in line:
+        counts = line.rsplit(" -> ", 1)[0].rsplit(": ", 1)[1]
+        return 0 if counts.strip() == "nothing" else sum(int(part.split()[0]) for part in counts.split(", "))
     parts = line.split()
     return int(parts[-1]) if len(parts) == 2 and parts[-1].isdigit() else None
 
@@ -140,6 +148,10 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "gpu"], default=None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--records", action="store_true",
+                    help="Each result also as a JSON record (mlxnet's --json; ultralytics' Results.summary(): "
+                         "boxes, mask outlines, keypoints); default: both tools' default commands, which save "
+                         "the annotated photos and print a line each.")
     ap.add_argument("--keep", type=Path, default=None, help="Work folder to keep (default: a temporary one).")
     ap.add_argument("--class-gain", type=float, default=1.0,
                     help="With --class-bias: scale class 0's weights by this, spreading its scores.")
@@ -172,15 +184,16 @@ def main() -> None:
     device = ["--device", "gpu" if on_gpu else "cpu"]
     runs: dict[str, list[str]] = {
         "mlxnet": [sys.executable, "-m", "mlxnet", "detect", str(photos), "-o", str(work / "out-mlxnet"),
-                   "--json", *weights, *device],
+                   *(["--json"] if args.records else []), *weights, *device],
     }
     runs["mlxnet-batch1"] = runs["mlxnet"] + ["--batch", "1"]
     if ultralytics:
         udev = "0" if on_gpu else "cpu"
         base = [upy, "-c", ULTRALYTICS_RUN, str(photos), str(pt), str(work / "out-ultralytics"), udev]
-        runs["ultralytics"] = base + ["1", "0"]
+        records = "1" if args.records else "0"
+        runs["ultralytics"] = base + ["1", "0", records]
         if on_gpu:
-            runs["ultralytics-b8-half"] = base + ["8", "1"]
+            runs["ultralytics-b8-half"] = base + ["8", "1", records]
     if args.only:
         runs = {k: v for k, v in runs.items() if k in args.only}
 
@@ -209,7 +222,7 @@ def main() -> None:
               f"{summary['ultralytics']['median_wall_s'] / summary['mlxnet']['median_wall_s']:.2f}x")
     report = {"photos": args.photos, "model": args.model, "device": "gpu" if on_gpu else "cpu",
               "class_bias": None if args.class_bias != args.class_bias else args.class_bias,
-              "class_gain": args.class_gain,
+              "class_gain": args.class_gain, "records": args.records,
               "weights": "seeded ultralytics .pt" if ultralytics else "mlxnet --weights random",
               "runs": results, "summary": summary}
     if args.json:
