@@ -228,8 +228,13 @@ class Detections:
     scores: np.ndarray
     classes: np.ndarray
     names: tuple[str, ...]
-    masks: InstanceMasks | None = None  # segment models: K masks on the image, each within its box
+    # segment models: K masks on the image, each within its box (a (K, H, W) bool array given is kept so)
+    masks: InstanceMasks | np.ndarray | None = None
     keypoints: np.ndarray | None = None  # pose models: (K, P, 3) x, y, visibility (or (K, P, 2)), on the image
+
+    def __post_init__(self) -> None:
+        if isinstance(self.masks, np.ndarray):  # (K, H, W) bool masks, as other tools give them
+            self.masks = InstanceMasks.from_dense(self.masks)
 
     def __len__(self) -> int:
         return len(self.scores)

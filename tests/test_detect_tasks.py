@@ -81,8 +81,8 @@ def test_tracking_keeps_each_tracks_mask_and_keypoints():
     masks[0, 10:50, 10:50] = True
     masks[1, 60:90, 60:90] = True
     keypoints = np.random.default_rng(0).random((2, 17, 3)).astype(np.float32)
-    det = Detections(boxes, np.array([0.9, 0.15], np.float32), np.array([0, 0], np.int32), ("a",),
-                     InstanceMasks.from_dense(masks), keypoints)
+    det = Detections(boxes, np.array([0.9, 0.15], np.float32), np.array([0, 0], np.int32), ("a",), masks, keypoints)
+    assert isinstance(det.masks, InstanceMasks)  # whole masks given are kept as their boxes' pixels
     tracker = ByteTracker()
     for _ in range(3):
         kept, ids = tracker.update_detections(det)
