@@ -122,11 +122,11 @@ def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair, acti
 
 @lru_cache(maxsize=None)
 def _direct_conv_tuned() -> bool:
-    """Whether this CPU runs the direct conv as tuned: its register tiles (up to 8 pixels × 4
-    vectors of 16 floats) need AVX-512's 32 512-bit registers. Built for AVX2 (16 256-bit
-    registers) they spill: YOLOv8n at 640², batch 1, took 2.3 s with it against 0.2 s without on
-    an AVX2 EPYC, so elsewhere the GEMM formulations and ``mx.conv2d`` run these convs."""
-    return _native.instruction_set() == "x86-64-v4"
+    """Whether this CPU runs the direct conv as tuned: its register tiles are written for AVX-512
+    (up to 8 pixels × 4 vectors of 16 floats in 32 registers) and for AVX2 (6 pixels × 2 vectors
+    of 8 floats, or 3 × 4, in 16 registers). Elsewhere (older x86, other processors) the GEMM
+    formulations and ``mx.conv2d`` run these convs."""
+    return _native.instruction_set() in ("x86-64-v3", "x86-64-v4")
 
 
 _IM2COL_PIXELS = 2500  # stride-1 maps up to this many output pixels take the im2col path
