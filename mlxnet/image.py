@@ -655,8 +655,6 @@ def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], alpha: float =
                   colour_ids: Sequence[int] | None = None) -> np.ndarray:
     """Blend each boolean HW mask onto a copy of the image in its palette colour (the i-th mask's,
     or ``colour_ids[i]``'s: a detector colours by class), one after another, in 8 bits."""
-    import cv2  # OpenCV's blend: several times NumPy's float arithmetic on a photo's worth of masks
-
     out = np.array(image, dtype=np.uint8, copy=True, order="C")
     for i, m in enumerate(masks):
         colour = PALETTE[(colour_ids[i] if colour_ids is not None else i) % len(PALETTE)]
@@ -667,11 +665,19 @@ def overlay_masks(image: np.ndarray, masks: Sequence[np.ndarray], alpha: float =
         # Only the mask's bounding box is touched: an instance mask covers a part of a photo.
         window = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
         part = np.ascontiguousarray(out[window])
-        shade = tuple(float(v) * alpha for v in colour) + (0.0,)
-        blended = cv2.add(cv2.addWeighted(part, 1 - alpha, part, 0, 0), shade)
-        cv2.copyTo(blended, np.ascontiguousarray(m[window]).view(np.uint8), part)
+        blend_colour(part, m[window], colour, alpha)
         out[window] = part
     return out
+
+
+def blend_colour(part: np.ndarray, mask: np.ndarray, colour: Sequence[float], alpha: float) -> None:
+    """Cover the ``mask`` pixels of a C-contiguous (h, w, 3) uint8 window by ``alpha`` of
+    ``colour``, in place, in OpenCV's 8-bit arithmetic: round(pixel × (1 - alpha)) +
+    round(colour × alpha), saturated."""
+    import cv2  # OpenCV's blend: several times NumPy's float arithmetic on a photo's worth of masks
+
+    blended = cv2.add(cv2.addWeighted(part, 1 - alpha, part, 0, 0), tuple(float(v) * alpha for v in colour) + (0.0,))
+    cv2.copyTo(blended, np.ascontiguousarray(mask).view(np.uint8), part)
 
 
 def box_on_image(box: Sequence[float], width: int, height: int) -> tuple[float, float, float, float] | None:

@@ -19,6 +19,8 @@ from typing import Sequence
 import mlx.core as mx
 import numpy as np
 
+from mlxnet.image import blend_colour
+
 RatioPad = tuple[tuple[float, float], tuple[float, float]]  # ((gain_h, gain_w), (pad_x, pad_y)), as yolo_process's
 
 # COCO's person skeleton: pairs of keypoint indices (nose, eyes, ears, shoulders, elbows,
@@ -59,7 +61,7 @@ class MaskLayer:
 def mask_layer(masks: "InstanceMasks", colours: np.ndarray, alpha: float) -> MaskLayer:
     """The :class:`MaskLayer` of masks in these colours (K, 3), made on the host from their
     in-box pixels (a GPU makes the same layer where it makes the masks: :func:`instance_masks`)."""
-    import cv2  # OpenCV's 8-bit blend: several times NumPy's on a photo's worth of masks
+    import cv2  # OpenCV's 8-bit arithmetic: several times NumPy's on a photo's worth of masks
 
     count = np.zeros(masks.image_hw, np.uint8)
     shade = np.zeros((*masks.image_hw, 3), np.uint8)
@@ -67,8 +69,7 @@ def mask_layer(masks: "InstanceMasks", colours: np.ndarray, alpha: float) -> Mas
         if not crop.any():
             continue
         part = np.ascontiguousarray(shade[r0:r1, c0:c1])
-        blended = cv2.add(cv2.addWeighted(part, 1 - alpha, part, 0, 0), tuple(colour * alpha) + (0.0,))
-        cv2.copyTo(blended, np.ascontiguousarray(crop).view(np.uint8), part)
+        blend_colour(part, crop, colour, alpha)
         shade[r0:r1, c0:c1] = part
         count[r0:r1, c0:c1] = cv2.add(count[r0:r1, c0:c1], crop.view(np.uint8))  # saturating at 255
     return MaskLayer(count, shade, np.asarray(colours, np.uint8), alpha)
@@ -136,18 +137,18 @@ class InstanceMasks:
             out[r0:r1, c0:c1] = self.crops[index]
             return out
         chosen = np.arange(len(self))[index]
-        filled = self.non_empty()
-        dropped = np.ones(len(self), bool)
-        dropped[chosen] = False
         layer = None
-        # The layer still draws the chosen masks when the others are empty and the order is kept.
-        if self.layer is not None and (np.diff(chosen) > 0).all() and not filled[dropped].any():
-            layer = MaskLayer(self.layer.count, self.layer.shade, self.layer.colours[chosen], self.layer.alpha)
+        if self.layer is not None:
+            # The layer still draws the chosen masks when the others are empty and the order is kept.
+            dropped = np.ones(len(self), bool)
+            dropped[chosen] = False
+            if (np.diff(chosen) > 0).all() and not self.non_empty()[dropped].any():
+                layer = MaskLayer(self.layer.count, self.layer.shade, self.layer.colours[chosen], self.layer.alpha)
+        filled = None if self._filled is None else self._filled[chosen]
         if self._crops is not None:
             return InstanceMasks(self.image_hw, self.spans[chosen], [self._crops[i] for i in chosen], layer=layer,
-                                 filled=filled[chosen])
-        out = InstanceMasks(self.image_hw, self.spans[chosen], flat=self._source[0], layer=layer,
-                            filled=filled[chosen])
+                                 filled=filled)
+        out = InstanceMasks(self.image_hw, self.spans[chosen], flat=self._source[0], layer=layer, filled=filled)
         out._source = (self._source[0], self._source[1], self._source[2][chosen])  # still on the device
         return out
 
@@ -272,8 +273,8 @@ def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans
     parts, filled = [], []
     count, shade = mx.zeros((h, w), mx.int32), mx.zeros((h, w, 3), mx.float32)  # shade: whole numbers
     # OpenCV's add of a colour to 8-bit pixels rounds the colour first (MaskLayer's blend).
-    tints = np.rint(alpha * np.asarray(colours if colours is not None else np.zeros((len(spans), 3)), np.float64))
-    tints = mx.array(tints.astype(np.float32))  # once: a row of it is a view, no transfer per mask
+    if colours is not None:  # once: a row of it is a view, no transfer per mask
+        tints = mx.array(np.rint(alpha * np.asarray(colours, np.float64)).astype(np.float32))
     for start in range(0, len(spans), at_once):
         s = mx.array(spans[start:start + at_once, :, None, None])
         inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])

@@ -175,15 +175,16 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
 def test_the_devices_blend_equals_opencvs_8_bit_blend():
     """Every 8-bit value under every colour, at several alphas: the device's blend step equals
     the host's (OpenCV's weighted sum, then its addition of a colour)."""
-    import cv2
     import mlx.core as mx
+    from mlxnet.image import blend_colour
     from mlxnet.models.yolo_instances import blend_step
 
     values = np.repeat(np.arange(256, dtype=np.uint8), 3).reshape(256, 1, 3)
     for alpha in (0.5, 0.3, 0.45, 0.7):
         for c in range(256):
             tint = np.float32(np.rint(alpha * c))  # as the device path rounds its colours
-            want = cv2.add(cv2.addWeighted(values, 1 - alpha, values, 0, 0), (c * alpha,) * 3 + (0.0,))
+            want = values.copy()
+            blend_colour(want, np.ones((256, 1), bool), (c, c, c), alpha)
             got = np.array(blend_step(mx.array(values.astype(np.float32)), mx.array(np.full(3, tint)), alpha))
             np.testing.assert_array_equal(got, want.astype(np.float32), err_msg=f"alpha {alpha}, colour {c}")
 

@@ -113,6 +113,7 @@ def _per_detection(value: Any, count: int) -> bool:
         return False
     return hasattr(value, "__getitem__") and hasattr(value, "__len__") and len(value) == count
 
+
 class ByteTracker:
     """ByteTrack over one video's frames, in order: :meth:`update` once per frame."""
 

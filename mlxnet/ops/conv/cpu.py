@@ -124,7 +124,7 @@ def _direct_fits(x: mx.array, weight: mx.array, groups: int, padding: Pair, acti
 def _direct_conv_tuned() -> bool:
     """Whether this CPU runs the direct conv as tuned: its register tiles are written for AVX-512
     (up to 8 pixels × 4 vectors of 16 floats in 32 registers) and for AVX2 (6 pixels × 2 vectors
-    of 8 floats, or 3 × 4, in 16 registers). Elsewhere (older x86, other processors) the GEMM
+    of 8 floats in 16 registers). Elsewhere (older x86, other processors) the GEMM
     formulations and ``mx.conv2d`` run these convs."""
     return _native.instruction_set() in ("x86-64-v3", "x86-64-v4")
 
