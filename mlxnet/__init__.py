@@ -54,7 +54,7 @@ GPU_MEMORY_SETTINGS: dict[str, dict] = {"default": {}, "low": {"low_memory": Tru
                                         "min": {"low_memory": True, "memory_limit": 0}}
 
 
-def tune_gpu(low_memory: bool = False, memory_limit: int | None = None) -> None:
+def tune_gpu(low_memory: bool = False, memory_limit: int | None = None, ops_per_buffer: int | None = None) -> None:
     """Opt in to process-wide GPU tuning, before the process's first GPU work: MLX's CUDA
     back end then launches kernels directly instead of recording CUDA graphs, which is faster
     for these models (see :mod:`mlxnet._cuda_graphs`). It sets ``MLX_USE_CUDA_GRAPHS=0`` in
@@ -74,8 +74,14 @@ def tune_gpu(low_memory: bool = False, memory_limit: int | None = None) -> None:
     next, and a queued kernel is what keeps its inputs alive after their last reader. ``0`` (the
     command: ``MLXNET_GPU_MEMORY=min``, which sets low memory too) waits after every kernel: the
     smallest peak a forward can have, and the same from run to run, for host time per kernel and
-    no reuse of MLX's buffer cache. None leaves MLX's limit as it is."""
-    _cuda_graphs.configure(low_memory)
+    no reuse of MLX's buffer cache. None leaves MLX's limit as it is.
+
+    ``ops_per_buffer`` (CUDA builds; ignored with ``low_memory``): kernels per MLX command buffer,
+    between MLX's 100 and low memory's 1 (``mlxnet train detect`` asks for
+    :data:`mlxnet.training.detect_loop.OPS_PER_BUFFER`)."""
+    if ops_per_buffer is not None and ops_per_buffer < 1:
+        raise MlxnetError(f"tune_gpu: ops_per_buffer must be at least 1, got {ops_per_buffer}")
+    _cuda_graphs.configure(low_memory, ops_per_buffer=ops_per_buffer)
     if memory_limit is not None:
         if memory_limit < 0:
             raise MlxnetError(f"tune_gpu: memory_limit must be a number of bytes >= 0, got {memory_limit}")

@@ -32,22 +32,26 @@ VARIABLE = "MLX_USE_CUDA_GRAPHS"
 # CUDA"). One kernel per command buffer frees them as they die, for some host time per kernel:
 # the low-memory setting. Metal commits a command buffer every 40-50 ops or 40-50 MB already.
 LOW_MEMORY = {"MLX_MAX_OPS_PER_BUFFER": "1"}
+OPS_PER_BUFFER = "MLX_MAX_OPS_PER_BUFFER"
 LOAD_TIME_SETTINGS = {"MLX_CUDA_CONV_CACHE_SIZE": "16384"}
 
 
-def configure(low_memory: bool = False, cuda: bool | None = None) -> None:
+def configure(low_memory: bool = False, cuda: bool | None = None, ops_per_buffer: int | None = None) -> None:
     """Ask MLX for direct launches, unless the user chose (Metal and CPU builds ignore it).
-    ``low_memory``, on a CUDA build (``cuda``: whether MLX has one; asked when None): one
-    kernel per command buffer too (:data:`LOW_MEMORY`)."""
+    On a CUDA build (``cuda``: whether MLX has one; asked when None), ``low_memory``: one
+    kernel per command buffer too (:data:`LOW_MEMORY`); else ``ops_per_buffer``, when given,
+    kernels per command buffer (MLX's own default there is 100 on recent GPUs). A value the
+    user set is kept."""
     os.environ.setdefault(VARIABLE, "0")
-    if low_memory:
-        if cuda is None:
-            import mlx.core as mx
+    if not low_memory and ops_per_buffer is None:
+        return
+    if cuda is None:
+        import mlx.core as mx
 
-            cuda = mx.cuda.is_available()
-        if cuda:
-            for name, value in LOW_MEMORY.items():
-                os.environ.setdefault(name, value)
+        cuda = mx.cuda.is_available()
+    if cuda:
+        for name, value in (LOW_MEMORY if low_memory else {OPS_PER_BUFFER: str(int(ops_per_buffer))}).items():
+            os.environ.setdefault(name, value)
 
 
 def missing_load_time_settings(cuda: bool | None = None) -> dict[str, str]:

@@ -235,6 +235,29 @@ def test_low_memory_asks_cuda_builds_for_one_kernel_per_command_buffer(monkeypat
     assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "8"
 
 
+def test_a_command_sized_command_buffer_is_asked_of_cuda_builds_only(monkeypatch):
+    """tune_gpu(ops_per_buffer=N) (what `mlxnet train detect` asks for) sets MLX's kernels per
+    command buffer on CUDA builds only, never over the user's value, and low memory's 1 wins."""
+    import mlxnet
+    from mlxnet import _cuda_graphs
+    from mlxnet.errors import MlxnetError
+
+    monkeypatch.delenv("MLX_MAX_OPS_PER_BUFFER", raising=False)
+    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    _cuda_graphs.configure(ops_per_buffer=10, cuda=False)
+    assert "MLX_MAX_OPS_PER_BUFFER" not in os.environ
+    _cuda_graphs.configure(ops_per_buffer=10, cuda=True)
+    assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "10"
+    monkeypatch.delenv("MLX_MAX_OPS_PER_BUFFER")
+    _cuda_graphs.configure(low_memory=True, ops_per_buffer=10, cuda=True)
+    assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "1"
+    monkeypatch.setenv("MLX_MAX_OPS_PER_BUFFER", "3")
+    _cuda_graphs.configure(ops_per_buffer=10, cuda=True)
+    assert os.environ["MLX_MAX_OPS_PER_BUFFER"] == "3"
+    with pytest.raises(MlxnetError, match="ops_per_buffer must be at least 1, got 0"):
+        mlxnet.tune_gpu(ops_per_buffer=0)
+
+
 @pytest.mark.parametrize("setting, expected, waits", [("low", "1", False), ("min", "1", True),
                                                      ("default", None, False), ("", None, False)])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])

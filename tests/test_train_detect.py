@@ -89,27 +89,27 @@ def test_an_existing_run_is_refused_without_force(finished, data):
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result(data, tmp_path):
-    args = ["train", "detect", str(data), *TINY, "--epochs", "3", "--no-val", "--seed", "5"]
+    args = ["train", "detect", str(data), *TINY, "--epochs", "4", "--no-val", "--seed", "5"]
     run(*args, "-o", tmp_path / "whole")
     cut = tmp_path / "cut"
     proc = subprocess.Popen([*MLXNET, *args, "-o", str(cut)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not (cut / "state.safetensors").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
-    time.sleep(0.3)  # into the second epoch
+    time.sleep(0.05)  # into the second epoch (an epoch of these takes about 0.2 s)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     rows = list(csv.DictReader((cut / "results.csv").read_text().splitlines()))
-    assert len(rows) < 3, "the run finished before it could be killed"
+    assert len(rows) < 4, "the run finished before it could be killed"
     resumed = run(*args, "-o", cut, "--resume")
-    assert "epoch 1/3" not in resumed.output and "epoch 3/3" in resumed.output
+    assert "epoch 1/4" not in resumed.output and "epoch 4/4" in resumed.output
     whole = mx.load(str(tmp_path / "whole" / "weights" / "last.safetensors"))
     again = mx.load(str(cut / "weights" / "last.safetensors"))
     assert whole.keys() == again.keys()
     for key in whole:
         np.testing.assert_allclose(np.array(again[key]), np.array(whole[key]), rtol=1e-5, atol=1e-6, err_msg=key)
     resumed_rows = list(csv.DictReader((cut / "results.csv").read_text().splitlines()))
-    assert len(resumed_rows) == 3
+    assert len(resumed_rows) == 4
     times = [float(r["time"]) for r in resumed_rows]
     assert times == sorted(times), "a resumed run's time goes on from the saved one"
 
@@ -371,3 +371,32 @@ def test_samples_from_worker_processes_train_the_same_weights_as_threads(data, t
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(np.array(a[key]), np.array(b[key]), err_msg=key)
+
+
+def test_dtype_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
+    """`--dtype auto` (the default) follows ultralytics' amp: half precision where the step runs
+    on a GPU, float32 on the CPU; a named dtype is kept."""
+    import mlxnet.device
+    from mlxnet.training.detect_loop import DetectTrainConfig, resolve_precision
+
+    assert DetectTrainConfig(data="d").precision == "auto"
+    assert resolve_precision("auto") == "float32"  # the tests' device is the CPU
+    monkeypatch.setattr(mlxnet.device, "current_device", lambda: "gpu")
+    assert resolve_precision("auto") == "bfloat16"
+    assert resolve_precision("float32") == "float32"
+
+
+def test_a_resumed_auto_run_keeps_the_precision_it_began_with(data, tmp_path):
+    """A run begun in bfloat16 resumes in bfloat16 under the default `--dtype auto` (on the CPU,
+    auto alone would choose float32 and the resume would be refused), and an explicit other
+    dtype is refused in one line naming it."""
+    from safetensors import safe_open
+
+    args = ["train", "detect", str(data), *TINY, "--no-val", "-o", str(tmp_path / "run")]
+    run(*args, "--epochs", "1", "--dtype", "bfloat16")
+    resumed = run(*args, "--epochs", "2", "--resume")
+    assert "epoch 2/2" in resumed.output
+    with safe_open(str(tmp_path / "run" / "state.safetensors"), "np") as f:
+        assert '"precision": "bfloat16"' in f.metadata()["run"]
+    refused = run(*args, "--epochs", "3", "--resume", "--dtype", "float32", code=1)
+    assert "precision was 'bfloat16', now 'float32'" in refused.output

@@ -87,19 +87,22 @@ def force(help: str) -> Any:
     return typer.Option(False, "--force", help=help)
 
 
-def apply_device(name: Optional[str]) -> None:
-    """``--device`` given after the command name: the same as before it."""
+def apply_device(name: Optional[str], ops_per_buffer: int | None = None) -> None:
+    """``--device`` given after the command name: the same as before it. ``ops_per_buffer``: a
+    command's own kernels per MLX command buffer on CUDA (:func:`mlxnet.tune_gpu`), before its
+    first GPU work."""
     if name:
         import mlxnet
 
         mlxnet.use_device(name)  # type: ignore[arg-type]
-        apply_gpu_memory()
+    if name or ops_per_buffer is not None:
+        apply_gpu_memory(ops_per_buffer)
 
 
 _mlx_memory_limit: list[int] = []  # MLX's own limit, from before the command first set one
 
 
-def apply_gpu_memory() -> None:
+def apply_gpu_memory(ops_per_buffer: int | None = None) -> None:
     """The command's GPU tuning (:func:`mlxnet.tune_gpu`) with ``MLXNET_GPU_MEMORY`` for the
     device the command runs on, called again when ``--device`` changes it. The memory setting
     is the GPU's: MLX's memory limit (min) would hold for a CPU run too, where waiting for each
@@ -113,7 +116,8 @@ def apply_gpu_memory() -> None:
     if not _mlx_memory_limit:
         _mlx_memory_limit.append(mx.get_memory_limit())
     setting = env.switch("MLXNET_GPU_MEMORY") if mlxnet.current_device() == "gpu" else "default"
-    mlxnet.tune_gpu(**{"memory_limit": _mlx_memory_limit[0], **mlxnet.GPU_MEMORY_SETTINGS[setting]})
+    mlxnet.tune_gpu(**{"memory_limit": _mlx_memory_limit[0], "ops_per_buffer": ops_per_buffer,
+                       **mlxnet.GPU_MEMORY_SETTINGS[setting]})
 
 
 def check_dtype(name: str) -> str:

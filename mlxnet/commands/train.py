@@ -87,8 +87,9 @@ def detect(
     close_mosaic: int = typer.Option(10, "--close-mosaic", min=0, metavar="N", help="Train the last N epochs without mosaic."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N", help="Data workers (decoding, augmentation): threads on the CPU, processes with a GPU step."),
     val: bool = typer.Option(True, "--val/--no-val", help="Measure mAP on the val split after every epoch."),
-    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
-                              help="float32, or bfloat16 compute with float32 master weights."),
+    dtype: str = typer.Option("auto", "--dtype", metavar="DTYPE",
+                              help="auto (bfloat16 on a GPU, as ultralytics' AMP; float32 on the CPU), float32, "
+                                   "or bfloat16 compute with float32 master weights."),
     seed: int = typer.Option(0, "--seed", metavar="N"),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUTPUT from its last finished epoch."),
     force: bool = grammar.force("Replace a run already in OUTPUT (without it, an existing run is refused)."),
@@ -99,9 +100,9 @@ def detect(
     """Fine-tune a YOLOv8 detector on your own labelled images at ultralytics' defaults (loss,
     augmentation, optimizer, warm-up, EMA); `mlxnet detect --weights OUTPUT/weights/best.safetensors`
     then finds your classes."""
-    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+    from mlxnet.training.detect_loop import OPS_PER_BUFFER, DetectTrainConfig, train_detector
 
-    grammar.apply_device(device)
+    grammar.apply_device(device, ops_per_buffer=OPS_PER_BUFFER)
     train_detector(DetectTrainConfig(data=str(data), model=model, weights=weights, output=str(output), epochs=epochs,
                                      batch=batch, imgsz=imgsz, lr=lr, lrf=lrf, optimizer=optimizer, momentum=momentum,
                                      weight_decay=weight_decay, warmup_epochs=warmup_epochs, close_mosaic=close_mosaic,

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from .. import distributed, env
 from ..device import backend, compile_enabled
@@ -49,6 +49,25 @@ from .detection_loss import LossSettings, Targets, detection_loss
 from .writer import BackgroundWriter
 
 PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
+AUTO_PRECISION = "auto"
+# `mlxnet train detect`'s kernels per MLX command buffer on CUDA (mlxnet.tune_gpu): MLX's 100
+# keeps every buffer a hundred kernels read alive until they all ran; 10 took a third off the
+# run's peak at the same epoch time, where 4 took a little more for 5-10% more time
+# (docs/train-detect.md, "Memory on the GPU").
+OPS_PER_BUFFER = 10
+
+
+def resolve_precision(name: str) -> str:
+    """``auto`` as ultralytics' ``amp=True``: half-precision compute (bfloat16, which needs no
+    loss scaling) on float32 master weights where the step runs on a GPU, float32 on the CPU
+    (whose bfloat16 arithmetic is emulated); any other name as it is."""
+    if name != AUTO_PRECISION:
+        return name
+    from ..device import current_device
+
+    return "bfloat16" if current_device() == "gpu" else "float32"
+
+
 OPTIMIZERS = ("auto", "sgd", "adamw")
 STATE_FORMAT = "mlxnet-train-detect"
 LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
@@ -76,7 +95,7 @@ class DetectTrainConfig:
     nbs: int = 64
     loss: LossSettings = field(default_factory=LossSettings)  # box, cls, dfl gains; the assigner's settings
     close_mosaic: int = 10
-    precision: str = "float32"
+    precision: str = AUTO_PRECISION  # or float32, bfloat16 (resolve_precision)
     seed: int = 0
     resume: bool = False
     force: bool = False
@@ -207,10 +226,10 @@ class Validator:
     weights: a compiled forward (GPUs) is traced once per input shape for the run, not again
     every epoch."""
 
-    def __init__(self, variant: str, nc: int, names: tuple[str, ...]) -> None:
+    def __init__(self, variant: str, nc: int, names: tuple[str, ...], dtype: mx.Dtype = mx.float32) -> None:
         from ..models.yolo import YOLO, build_variant
 
-        self.variant, self.nc = variant, nc
+        self.variant, self.nc, self.dtype = variant, nc, dtype
         self.yolo = YOLO(build_variant(variant, nc).fuse(), names)
 
     def load(self, arrays: dict[str, mx.array]) -> Any:
@@ -220,7 +239,8 @@ class Validator:
         net = build_variant(self.variant, self.nc)
         net.update(tree_unflatten(list(arrays.items())))
         net.eval()
-        self.yolo.net.update(net.fuse().parameters())
+        # In the training's compute precision, as ultralytics validates in half under AMP.
+        self.yolo.net.update(tree_map(lambda a: a.astype(self.dtype), net.fuse().parameters()))
         self.yolo.net.eval()
         return self.yolo
 
@@ -312,8 +332,8 @@ def _load_state(path: Path) -> tuple[dict, dict, dict, dict | None, int, _Progre
 
 
 def _check(cfg: DetectTrainConfig, n_train: int) -> None:
-    if cfg.precision not in PRECISIONS:
-        raise MlxnetError(f"unknown --dtype {cfg.precision!r}: expected {' or '.join(PRECISIONS)} (float16 needs "
+    if cfg.precision != AUTO_PRECISION and cfg.precision not in PRECISIONS:
+        raise MlxnetError(f"unknown --dtype {cfg.precision!r}: expected auto, {' or '.join(PRECISIONS)} (float16 needs "
                           "loss scaling, which training does not do)")
     if cfg.optimizer not in OPTIMIZERS:
         raise MlxnetError(f"unknown --optimizer {cfg.optimizer!r}: expected {', '.join(OPTIMIZERS)}")
@@ -365,9 +385,12 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     if choice.note:
         log(f"note: {choice.note}")
     run = cfg.run_settings(names)
+    run["precision"] = resolve_precision(cfg.precision)
     state = _load_state(out / "state.safetensors") if cfg.resume else None
     if state is not None:
         saved = state[6]
+        if cfg.precision == AUTO_PRECISION and saved.get("precision") in PRECISIONS:
+            run["precision"] = saved["precision"]  # a resumed run keeps the precision it began with
         for key, value in saved.items():
             if key != "model" and run.get(key) != value:
                 raise MlxnetError(f"{out / 'state.safetensors'}: cannot resume: {key} was {value!r}, now {run.get(key)!r}")
@@ -382,7 +405,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             if isinstance(m, nn.BatchNorm):
                 m.synchronised = True
     run["model"] = variant
-    dtype = PRECISIONS[cfg.precision]
+    dtype = PRECISIONS[run["precision"]]
     master = dict(tree_flatten(net.trainable_parameters()))
     compiled = compile_training()
     opt = O.GroupedOptimizer(choice.name, master, lr=choice.lr, momentum=choice.momentum, weight_decay=weight_decay,
@@ -417,7 +440,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     if step_compiled and backend() == "cuda":
         log("note: MLXNET_COMPILE=on: the first step compiles the training step's GPU code, minutes the first "
             "time on this machine (MLX caches it)")
-    validator = Validator(variant, nc, names)
+    validator = Validator(variant, nc, names, dtype)
     steps_done = progress.epoch * nb
     # results.csv's time, as ultralytics counts it: wall seconds since training began (each
     # epoch's saving and plotting in the next epoch's), continued from the rows of a resumed run.

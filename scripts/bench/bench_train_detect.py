@@ -48,14 +48,14 @@ def run_ultralytics(data: str, weights: str, out: str, epochs: int, imgsz: int, 
 
 
 def run_mlxnet(data: str, weights: str, out: str, epochs: int, imgsz: int, batch: int, seed: int,
-               device: str, workers: int, dtype: str = "float32") -> dict:
+               device: str, workers: int, dtype: str = "auto") -> dict:
     import mlx.core as mx
 
     import mlxnet
     from mlxnet.commands.grammar import apply_device
-    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+    from mlxnet.training.detect_loop import OPS_PER_BUFFER, DetectTrainConfig, train_detector
 
-    apply_device(device)
+    apply_device(device, ops_per_buffer=OPS_PER_BUFFER)  # as `mlxnet train detect` sets up its process
     mlxnet.tune_cpu()  # as the mlxnet command tunes its own process (MLXNET_MALLOC=tuned, the default)
     start = time.perf_counter()
     train_detector(DetectTrainConfig(data=data, weights=weights, output=out, epochs=epochs, imgsz=imgsz, batch=batch,
@@ -120,7 +120,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--tools", nargs="+", default=["ultralytics", "mlxnet"])
-    p.add_argument("--dtype", default="float32", help="mlxnet's compute dtype (float32 or bfloat16)")
+    p.add_argument("--dtype", default="auto", help="mlxnet's --dtype (auto: bfloat16 on a GPU, float32 on the CPU)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     work = Path(args.work)
