@@ -536,6 +536,9 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             writer.submit(_write_results, out, list(rows))
             writer.submit(_save_state, out / "state.safetensors", model_arrays, averaged, ema.updates, opt_state, kept,
                           replace(progress), run)
+            # The writer holds these until written; kept here they would hold this epoch's
+            # weights, EMA and moments through the whole next epoch (their views pin whole vectors).
+            del model_arrays, averaged, opt_state, kept
     except BaseException:
         writer.close(raise_errors=False)
         raise
