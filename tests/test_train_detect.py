@@ -400,3 +400,26 @@ def test_a_resumed_auto_run_keeps_the_precision_it_began_with(data, tmp_path):
         assert '"precision": "bfloat16"' in f.metadata()["run"]
     refused = run(*args, "--epochs", "3", "--resume", "--dtype", "float32", code=1)
     assert "precision was 'bfloat16', now 'float32'" in refused.output
+
+
+def test_an_epoch_keeps_no_arrays_of_the_epoch_before(data, tmp_path, monkeypatch):
+    """What one epoch saved (weights, EMA, optimizer moments, each a view pinning a whole packed
+    vector) is let go once written: the arrays alive when validation starts are as many after the
+    third epoch as after the second, not a set more per epoch."""
+    import gc
+
+    from mlxnet.training import detect_loop
+    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+
+    counts = []
+    validate = detect_loop._validate
+
+    def counting(*args, **kwargs):
+        gc.collect()
+        counts.append(sum(isinstance(o, mx.array) for o in gc.get_objects()))
+        return validate(*args, **kwargs)
+    monkeypatch.setattr(detect_loop, "_validate", counting)
+    train_detector(DetectTrainConfig(data=str(data), weights="none", model="yolov8n", imgsz=64, batch=4, epochs=3,
+                                     close_mosaic=1, workers=2, output=str(tmp_path / "run"), log=lambda line: None))
+    assert len(counts) == 3
+    assert counts[2] <= counts[1] + 8 and counts[1] <= counts[0] + 8, counts
