@@ -53,9 +53,10 @@ def _bias_act_edges() -> list[tuple[tuple, dict]]:
             ((mx.zeros((0, 3)), mx.ones((3,))), {})]
 
 
-# A convolution's epilogue (bias, residual, ReLU) in one pass, a portable kernel on GPUs; conv2d's
-# CUDA face sends it the small maps (the batch-1 layers of a CNN), where it beats MLX's fused kernel.
-bias_act = register("bias_act", kernel=kernel.bias_act, check=check.bias_act,
+# A convolution's epilogue (bias, residual, ReLU) in one pass: a portable kernel on GPUs (conv2d's
+# CUDA face sends it the small maps, the batch-1 layers of a CNN, where it beats MLX's fused
+# kernel), a C++ primitive on the CPU (conv2d's CPU face sends it every ReLU or residual epilogue).
+bias_act = register("bias_act", cpu=cpu.bias_act, kernel=kernel.bias_act, check=check.bias_act,
                     sources=(kernel.BIAS_ACT_RESIDUAL,), example=_bias_act_example,
                     edge_examples=_bias_act_edges)(definition.bias_act)
 

@@ -29,6 +29,7 @@ from typing import Callable
 import mlx.core as mx
 
 from ... import _native
+from . import definition
 from .definition import _SQRT_HALF, _tanh_arg
 
 _LOG2E = 1.4426950408889634
@@ -155,6 +156,17 @@ def silu(x: mx.array, bias: mx.array | None = None) -> mx.array:
             bias is None or (bias.dtype == mx.float32 and bias.shape == x.shape[-1:])):
         return native.bias_silu(x, bias)
     return _silu_f32(x if bias is None else x + bias)
+
+
+def bias_act(x: mx.array, bias: mx.array, residual: mx.array | None = None, *,
+             activation: str | None = "relu") -> mx.array:
+    """A convolution's epilogue in one pass on every core (mlxnet's C++ primitive, float32),
+    where MLX's CPU back end takes a pass per op, each on one core; the definition elsewhere."""
+    native = _native.on_cpu()
+    same = x.dtype == bias.dtype == mx.float32 and (residual is None or residual.dtype == mx.float32)
+    if native is None or not same:
+        return definition.bias_act(x, bias, residual, activation=activation)
+    return native.bias_act(x, bias, residual, activation == "relu")
 
 
 def sigmoid(x: mx.array) -> mx.array:

@@ -28,7 +28,7 @@ import mlx.core as mx
 from ... import _native
 from ...device import backend, is_tracing
 from ...errors import MlxnetError
-from ..activations import silu
+from ..activations import bias_act, silu
 from ..core.cpu_bands import band_count, in_bands
 from ..core.registry import REGISTRY
 from . import cpu_grad
@@ -197,8 +197,12 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
     """The CPU fast path: in bands of output rows when the unfolded input would be large,
     each band by :func:`_conv2d_cpu_band`; a residual or ReLU after the conv and its bias."""
     if residual is not None or activation == "relu":
-        y = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
-        return epilogue(y, None, residual, activation)
+        y = conv2d(x, weight, None, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        if activation == "silu":
+            return epilogue(y, bias, residual, activation)
+        # bias, residual and ReLU in one pass on every core (MLX's own ops: a pass each, one core)
+        return bias_act(y, bias if bias is not None else mx.zeros((y.shape[-1],), y.dtype), residual,
+                        activation=activation)
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     if activation is None and cpu_grad.fits(x, weight, groups):
         def forward(x: mx.array, weight: mx.array, bias: mx.array | None) -> mx.array:
