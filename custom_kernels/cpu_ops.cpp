@@ -66,15 +66,15 @@ size_t cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// The helper threads of parallel_for. After a task each stays awake for kSpin before it blocks,
-// so the next op's parallel pass finds it running (as OpenMP's threads spin between parallel
-// regions). A thread that has blocked can take a hundred microseconds or more to run again,
+// The helper threads of parallel_for. After a task each stays awake for kSpin (50 us; 200 was
+// no faster) before it blocks, so the next op's parallel pass finds it running (as OpenMP's
+// threads spin between parallel regions). A thread that has blocked can take a hundred microseconds or more to run again,
 // longer after the process was idle for a while (on a VM, its virtual CPU has been halted):
 // waking one per op made a YOLOv8n forward on a 2-core VM 25% slower after a 0.2 s pause than
 // back to back. The caller takes tasks too, so a job finishes even if no helper wakes.
 class Helpers {
  public:
-  static constexpr auto kSpin = std::chrono::microseconds(200);
+  static constexpr auto kSpin = std::chrono::microseconds(50);
 
   explicit Helpers(size_t n) {
     for (size_t i = 0; i < n; ++i) std::thread([this] { loop(); }).detach();
