@@ -138,12 +138,14 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(folder, tmp_path):
     run(*args, "-o", tmp_path / "whole")
     # Kill the second run as soon as its first epoch is saved, then resume it.
     cut = tmp_path / "cut"
+    # A session of its own: on CUDA builds `python -m mlxnet` starts itself again with its load-time
+    # settings, and the kill must reach the run, not only the parent.
     proc = subprocess.Popen([*MLXNET, *map(str, args), "-o", str(cut)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 240
     while not (cut / "last.safetensors").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert not (cut / "model.safetensors").exists(), "the run finished before it could be killed"
     resumed = run(*args, "-o", cut, "--resume")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -92,12 +93,15 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(data, tmp_path):
     args = ["train", "detect", str(data), *TINY, "--epochs", "4", "--no-val", "--seed", "5"]
     run(*args, "-o", tmp_path / "whole")
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([*MLXNET, *args, "-o", str(cut)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A session of its own: on CUDA builds `python -m mlxnet` starts itself again with its load-time
+    # settings, and the kill must reach the run, not only the parent.
+    proc = subprocess.Popen([*MLXNET, *args, "-o", str(cut)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     deadline = time.time() + 300
     while not (cut / "state.safetensors").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     time.sleep(0.05)  # into the second epoch (an epoch of these takes about 0.2 s)
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     rows = list(csv.DictReader((cut / "results.csv").read_text().splitlines()))
     assert len(rows) < 4, "the run finished before it could be killed"
