@@ -55,7 +55,6 @@
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
 #include "mlx/transforms.h"
-#include "mlx/threadpool.h"
 
 namespace mx = mlx::core;
 namespace nb = nanobind;
@@ -68,10 +67,11 @@ size_t cores() {
 
 // The helper threads of parallel_for. After a task each stays awake for kSpin (50 us; 200 was
 // no faster) before it blocks, so the next op's parallel pass finds it running (as OpenMP's
-// threads spin between parallel regions). A thread that has blocked can take a hundred microseconds or more to run again,
-// longer after the process was idle for a while (on a VM, its virtual CPU has been halted):
-// waking one per op made a YOLOv8n forward on a 2-core VM 25% slower after a 0.2 s pause than
-// back to back. The caller takes tasks too, so a job finishes even if no helper wakes.
+// threads spin between parallel regions). A thread that has blocked can take a hundred
+// microseconds or more to run again, longer after the process was idle for a while (on a VM,
+// its virtual CPU has been halted): waking one per op made a YOLOv8n forward on a 2-core VM 25%
+// slower after a 0.2 s pause than back to back. The caller takes tasks too, so a job finishes
+// even if no helper wakes.
 class Helpers {
  public:
   static constexpr auto kSpin = std::chrono::microseconds(50);
@@ -467,6 +467,13 @@ inline float sigmoid(float x) {
   return 1.0f / (1.0f + exp_negated(x));
 }
 
+// A per-channel bias's gradient: the cotangent summed over every axis but the last (C).
+mx::array bias_gradient(const mx::array& g, mx::Stream s) {
+  std::vector<int> axes(g.ndim() - 1);
+  for (int a = 0; a < g.ndim() - 1; ++a) axes[a] = a;
+  return mx::sum(g, axes, false, s);
+}
+
 class BiasSiLU : public CpuPrimitive {
  public:
   BiasSiLU(mx::Stream s, bool has_bias) : CpuPrimitive(s), has_bias_(has_bias) {}
@@ -505,9 +512,7 @@ class BiasSiLU : public CpuPrimitive {
       if (arg == 0) {
         grads.push_back(g);
       } else {
-        std::vector<int> axes(g.ndim() - 1);
-        for (int a = 0; a < g.ndim() - 1; ++a) axes[a] = a;
-        grads.push_back(mx::sum(g, axes, false, s));
+        grads.push_back(bias_gradient(g, s));
       }
     }
     return grads;
@@ -571,9 +576,7 @@ class BiasAct : public CpuPrimitive {
     std::vector<mx::array> grads;
     for (int arg : argnums) {
       if (arg == 1) {
-        std::vector<int> axes(g.ndim() - 1);
-        for (int a = 0; a < g.ndim() - 1; ++a) axes[a] = a;
-        grads.push_back(mx::sum(g, axes, false, s));
+        grads.push_back(bias_gradient(g, s));
       } else {
         grads.push_back(g);
       }

@@ -31,7 +31,6 @@ VARIABLE = "MLX_USE_CUDA_GRAPHS"
 # allocator frees each one after its last reader (docs/performance-notes.md, "Peak memory on
 # CUDA"). One kernel per command buffer frees them as they die, for some host time per kernel:
 # the low-memory setting. Metal commits a command buffer every 40-50 ops or 40-50 MB already.
-LOW_MEMORY = {"MLX_MAX_OPS_PER_BUFFER": "1"}
 OPS_PER_BUFFER = "MLX_MAX_OPS_PER_BUFFER"
 LOAD_TIME_SETTINGS = {"MLX_CUDA_CONV_CACHE_SIZE": "16384"}
 
@@ -39,7 +38,7 @@ LOAD_TIME_SETTINGS = {"MLX_CUDA_CONV_CACHE_SIZE": "16384"}
 def configure(low_memory: bool = False, cuda: bool | None = None, ops_per_buffer: int | None = None) -> None:
     """Ask MLX for direct launches, unless the user chose (Metal and CPU builds ignore it).
     On a CUDA build (``cuda``: whether MLX has one; asked when None), ``low_memory``: one
-    kernel per command buffer too (:data:`LOW_MEMORY`); else ``ops_per_buffer``, when given,
+    kernel per command buffer too (:data:`OPS_PER_BUFFER`); else ``ops_per_buffer``, when given,
     kernels per command buffer (MLX's own default there is 100 on recent GPUs). A value the
     user set is kept."""
     os.environ.setdefault(VARIABLE, "0")
@@ -50,8 +49,7 @@ def configure(low_memory: bool = False, cuda: bool | None = None, ops_per_buffer
 
         cuda = mx.cuda.is_available()
     if cuda:
-        for name, value in (LOW_MEMORY if low_memory else {OPS_PER_BUFFER: str(int(ops_per_buffer))}).items():
-            os.environ.setdefault(name, value)
+        os.environ.setdefault(OPS_PER_BUFFER, str(1 if low_memory else int(ops_per_buffer)))
 
 
 def missing_load_time_settings(cuda: bool | None = None) -> dict[str, str]:
@@ -68,7 +66,7 @@ def cuda_graphs_info() -> str:
     """What MLX will use (or uses, once its GPU has started) on CUDA builds."""
     value = os.environ.get(VARIABLE)
     plans = os.environ.get("MLX_CUDA_CONV_CACHE_SIZE", "128 (MLX's default)")
-    ops = os.environ.get("MLX_MAX_OPS_PER_BUFFER")
+    ops = os.environ.get(OPS_PER_BUFFER)
     per_buffer = f"; kernels per command buffer: {ops}" if ops is not None else ""
     if value is None:
         return f"CUDA graphs (MLX's default); convolution plans kept: {plans}{per_buffer}"

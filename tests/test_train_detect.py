@@ -380,12 +380,12 @@ def test_samples_from_worker_processes_train_the_same_weights_as_threads(data, t
 def test_dtype_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
     """`--dtype auto` (the default) follows ultralytics' amp: half precision where the step runs
     on a GPU, float32 on the CPU; a named dtype is kept."""
-    import mlxnet.device
+    from mlxnet.training import detect_loop
     from mlxnet.training.detect_loop import DetectTrainConfig, resolve_precision
 
     assert DetectTrainConfig(data="d").precision == "auto"
     assert resolve_precision("auto") == "float32"  # the tests' device is the CPU
-    monkeypatch.setattr(mlxnet.device, "current_device", lambda: "gpu")
+    monkeypatch.setattr(detect_loop, "current_device", lambda: "gpu")
     assert resolve_precision("auto") == "bfloat16"
     assert resolve_precision("float32") == "float32"
 

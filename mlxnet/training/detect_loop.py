@@ -35,7 +35,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from .. import distributed, env
-from ..device import backend, compile_enabled
+from ..device import backend, compile_enabled, current_device
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
 from ..progress import progress_bar
@@ -63,8 +63,6 @@ def resolve_precision(name: str) -> str:
     (whose bfloat16 arithmetic is emulated); any other name as it is."""
     if name != AUTO_PRECISION:
         return name
-    from ..device import current_device
-
     return "bfloat16" if current_device() == "gpu" else "float32"
 
 
