@@ -216,13 +216,21 @@ def test_the_command_tunes_its_own_process_for_the_gpu():
     assert out.stdout.split()[-2:] == ["0", "0"], out.stdout[-500:]
 
 
+def _unset_for_this_test(monkeypatch, *names: str) -> None:
+    """Unset variables that the code under test sets itself: set first, so that monkeypatch
+    records their state and restores it afterwards (deleting an absent variable records
+    nothing, and a value the test's code set would then outlive the test)."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def test_low_memory_asks_cuda_builds_for_one_kernel_per_command_buffer(monkeypatch):
     """tune_gpu(low_memory=True) sets MLX_MAX_OPS_PER_BUFFER=1 on CUDA builds only (Metal
     commits by size already), and never over the user's own value."""
     from mlxnet import _cuda_graphs
 
-    monkeypatch.delenv("MLX_MAX_OPS_PER_BUFFER", raising=False)
-    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    _unset_for_this_test(monkeypatch, "MLX_MAX_OPS_PER_BUFFER", "MLX_USE_CUDA_GRAPHS")
     _cuda_graphs.configure(low_memory=True, cuda=False)
     assert "MLX_MAX_OPS_PER_BUFFER" not in os.environ and os.environ["MLX_USE_CUDA_GRAPHS"] == "0"
     _cuda_graphs.configure(low_memory=False, cuda=True)
@@ -242,8 +250,7 @@ def test_a_command_sized_command_buffer_is_asked_of_cuda_builds_only(monkeypatch
     from mlxnet import _cuda_graphs
     from mlxnet.errors import MlxnetError
 
-    monkeypatch.delenv("MLX_MAX_OPS_PER_BUFFER", raising=False)
-    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    _unset_for_this_test(monkeypatch, "MLX_MAX_OPS_PER_BUFFER", "MLX_USE_CUDA_GRAPHS")
     _cuda_graphs.configure(ops_per_buffer=10, cuda=False)
     assert "MLX_MAX_OPS_PER_BUFFER" not in os.environ
     _cuda_graphs.configure(ops_per_buffer=10, cuda=True)
