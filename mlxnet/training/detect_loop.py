@@ -433,7 +433,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                               total=distributed.all_sum if world > 1 else None, batch_size=whole)
 
     # Data-parallel steps stay eager: a compiled step around the processes' sums is untested.
-    step_compiled = compile_step() and world == 1
+    step_compiled = compiled and world == 1
     step_fn = _step_function(net, loss_fn, compiled=step_compiled)
     if step_compiled and backend() == "cuda":
         log("note: MLXNET_COMPILE=on: the first step compiles the training step's GPU code, minutes the first "
@@ -460,6 +460,25 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             sums = np.zeros(3)
             step_settings = None
             mine = [np.array_split(g, world)[distributed.rank()] for g in groups]
+            unread: tuple | None = None  # (parts, batch index, batch) of the step whose losses are not read yet
+
+            def read_losses(parts: mx.array, i: int, b: D.Batch) -> None:
+                """Waits for step i's losses, stops on a non-finite one, adds them to the epoch's."""
+                nonlocal sums, seen
+                values = np.array(parts.astype(mx.float32))
+                if not np.isfinite(values).all():
+                    files = ", ".join(str(p) for p in b.paths)
+                    share = " (this process's share)" if world > 1 else ""
+                    raise MlxnetError(f"the loss is not finite at epoch {epoch + 1}, batch {i + 1} "
+                                      f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images{share}: "
+                                      f"{files}. Nothing of this epoch was written; {out / 'weights/best.safetensors'} "
+                                      "is untouched")
+                sums += values
+                seen += len(groups[i])
+                mean = sums / (i + 1)
+                bar.advance(f"box {mean[0]:.4g}  cls {mean[1]:.4g}  dfl {mean[2]:.4g}  "
+                            f"{seen / (time.perf_counter() - start):.1f} images/s")
+
             with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", len(groups), status=True, transient=True,
                               quiet=not main) as bar:
                 for i, b in enumerate(D.batches(train_set, train_labels, mine, imgsz=cfg.imgsz, seed=cfg.seed,
@@ -480,28 +499,23 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                         grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
                     packed = layout.pack(dict(tree_flatten(grads)))
                     pending = packed if pending is None else pending + packed
-                    mx.eval(parts, pending, running_statistics(net))  # each step's, not a growing graph
-                    values = np.array(parts.astype(mx.float32))
-                    if not np.isfinite(values).all():
-                        files = ", ".join(str(p) for p in b.paths)
-                        share = " (this process's share)" if world > 1 else ""
-                        raise MlxnetError(f"the loss is not finite at epoch {epoch + 1}, batch {i + 1} "
-                                          f"(box, cls, dfl = {', '.join(f'{v:g}' for v in values)}); the batch's images{share}: "
-                                          f"{files}. Nothing of this epoch was written; {out / 'weights/best.safetensors'} "
-                                          "is untouched")
-                    sums += values
-                    seen += len(groups[i])
+                    # Each step evaluated on its own (not a growing graph), without waiting for
+                    # it: the device runs this step while the next one's graph is built, and
+                    # its losses are read (and checked) once that one is under way.
+                    mx.async_eval(parts, pending, running_statistics(net))
+                    if unread is not None:
+                        read_losses(*unread)
+                    unread = (parts, i, b)
                     if ni - progress.last_opt_step >= step_settings.accumulate:
                         opt.lr.update(step_settings.lr)
                         opt.momentum.update(step_settings.momentum)
                         weights = opt.step(weights, O.clip_flat(pending))
                         net.update(tree_unflatten(list(layout.unpack(weights).items())))
                         ema.update(dict(tree_flatten(net.parameters())))
-                        mx.eval(weights, opt.flat_state, ema.flat)
+                        mx.async_eval(weights, opt.flat_state, ema.flat)
                         pending, progress.last_opt_step = None, ni
-                    mean = sums / (i + 1)
-                    bar.advance(f"box {mean[0]:.4g}  cls {mean[1]:.4g}  dfl {mean[2]:.4g}  "
-                                f"{seen / (time.perf_counter() - start):.1f} images/s")
+                if unread is not None:
+                    read_losses(*unread)
             steps_done += len(groups)
             seconds = time.perf_counter() - start
             partial = len(groups) < nb
@@ -561,19 +575,14 @@ def _sample_processes(cfg: DetectTrainConfig, train_set: D.DetectionSet,
 
 
 def compile_training() -> bool:
-    """Whether the optimizer update and the EMA run compiled (one fused pass over the weights
-    instead of a dozen kernels per parameter): where models compile their forward
-    (:func:`mlxnet.device.compile_enabled`, by default on GPUs)."""
-    return compile_enabled()
-
-
-def compile_step() -> bool:
-    """Whether the training step itself (forward, loss, backward) runs compiled, which fuses its
-    elementwise chains and replays its graph instead of building it op by op from Python: half
-    a small model's step time on a GPU. By default where models compile, except on MLX's CUDA
-    build, whose run-time compiler takes seconds per fused kernel, minutes for a step's hundred
-    on the first run on a machine (MLX caches them afterwards); there it is the user's choice,
-    ``MLXNET_COMPILE=on``, as for the commands (:mod:`mlxnet.commands.quick_start`)."""
+    """Whether the training step (forward, loss, backward), the optimizer update and the EMA
+    run compiled: fused elementwise chains, a graph replayed instead of built op by op from
+    Python (half a small model's step time on a GPU). By default where models compile
+    (:func:`mlxnet.device.compile_enabled`), except on MLX's CUDA build, whose run-time
+    compiler takes seconds per fused kernel, minutes for a step's hundred on the first run on a
+    machine (MLX caches them afterwards); there it is the user's choice, ``MLXNET_COMPILE=on``,
+    as for the commands (:mod:`mlxnet.commands.quick_start`). The weights, the optimizer's and
+    the EMA's state are packed vectors, so their eager update is a dozen kernels a step."""
     if backend() == "cuda" and env.switch("MLXNET_COMPILE") == "auto":
         return False
     return compile_enabled()

@@ -187,6 +187,13 @@ def int_params(values: tuple[int, ...]) -> mx.array:
     return mx.array(tuple(values) + (0,) * (MIN_PARAMS - len(values)), mx.int32)
 
 
+@functools.lru_cache(maxsize=64)
+def float_params(values: tuple[float, ...]) -> mx.array:
+    """Runtime float constants (an epsilon) for a kernel, as :func:`int_params` makes sizes:
+    float32, at least MIN_PARAMS elements, one array per distinct tuple."""
+    return mx.array(tuple(values) + (0.0,) * (MIN_PARAMS - len(values)), mx.float32)
+
+
 @dataclass(frozen=True, eq=False)
 class Launch:
     """One kernel launch as the launch code asked for it (inputs after the launch rules)."""
@@ -219,6 +226,8 @@ class Launch:
         compiles). MLX prints it while tracing, which works without a GPU."""
         return _generated_metal_source(self)
 
+
+_UNBUILT = object()  # a PortableKernel._cuda entry not made yet (None: MLX builds that one)
 
 # Every PortableKernel ever constructed, so checks can prove each one was rendered.
 KERNELS: list["PortableKernel"] = []
@@ -294,10 +303,22 @@ class PortableKernel:
         output_dtypes: Sequence[mx.Dtype],
         init_value: float | None = None,
     ) -> list[mx.array]:
-        launch = Launch(
-            self, tuple(x.reshape(1) if x.ndim == 0 else x for x in inputs), tuple(template),
-            tuple(grid), tuple(threadgroup), tuple(tuple(s) for s in output_shapes),
-            tuple(output_dtypes), init_value)
+        inputs = [x.reshape(1) if x.ndim == 0 else x for x in inputs]
+        if not _recording and 0 not in grid and backend() == "cuda":
+            # The common case, kept short: a training step makes hundreds of launches, each
+            # costing the host time the device then waits for.
+            key = (tuple(template), tuple(x.dtype for x in inputs), tuple(output_dtypes))
+            built = self._cuda.get(key, _UNBUILT)
+            if built is _UNBUILT:
+                built = self.cuda_binary(self._launch(inputs, template, grid, threadgroup, output_shapes,
+                                                      output_dtypes, init_value))
+            if built is not None:
+                extra = {} if init_value is None else {"init_value": init_value}
+                return mx.fast.precompiled_cuda_kernel(
+                    name=built[0], compiled_source=built[1], inputs=inputs, scalars=[], grid=tuple(grid),
+                    threadgroup=tuple(threadgroup), output_shapes=[tuple(s) for s in output_shapes],
+                    output_dtypes=list(output_dtypes), ensure_row_contiguous=self.row_contiguous, **extra)
+        launch = self._launch(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value)
         if _recording or 0 in launch.grid:
             if _recording:
                 _recording[-1].append(launch)
@@ -307,9 +328,14 @@ class PortableKernel:
             return [mx.full(s, fill).astype(d) for s, d in zip(launch.output_shapes, launch.output_dtypes)]
         return self.launch(launch)
 
+    def _launch(self, inputs: Sequence[mx.array], template: Sequence[tuple[str, Any]], grid: Sequence[int],
+                threadgroup: Sequence[int], output_shapes: Sequence[Sequence[int]],
+                output_dtypes: Sequence[mx.Dtype], init_value: float | None) -> Launch:
+        return Launch(self, tuple(inputs), tuple(template), tuple(grid), tuple(threadgroup),
+                      tuple(tuple(s) for s in output_shapes), tuple(output_dtypes), init_value)
+
     def launch(self, launch: Launch) -> list[mx.array]:
         target = backend()
-        self.built.add((target, tuple((k, str(v)) for k, v in launch.template)))
         if target == "cuda":
             built = self.cuda_binary(launch)
             if built is not None:
@@ -319,6 +345,7 @@ class PortableKernel:
                 return mx.fast.precompiled_cuda_kernel(
                     name=symbol, compiled_source=code, inputs=list(launch.inputs), scalars=[],
                     ensure_row_contiguous=self.row_contiguous, **kwargs)
+        self.built.add((target, tuple((k, str(v)) for k, v in launch.template)))
         return self.handle(target)(inputs=list(launch.inputs), **launch.call_kwargs())
 
     def cuda_source(self, launch: Launch) -> tuple[str, str] | None:
@@ -333,8 +360,11 @@ class PortableKernel:
         return symbol, cuda_build.kernel_source(symbol, *args)
 
     def cuda_binary(self, launch: Launch) -> tuple[str, bytes] | None:
+        """The launch's CUDA build, made (or read from the cache) once per template and dtypes;
+        None where MLX builds it instead (:meth:`cuda_source`)."""
         key = (launch.template, tuple(x.dtype for x in launch.inputs), launch.output_dtypes)
         if key not in self._cuda:
+            self.built.add(("cuda", tuple((k, str(v)) for k, v in launch.template)))
             made = self.cuda_source(launch)
             code = None if made is None else cuda_build.binary(*made)
             self._cuda[key] = None if code is None else (made[0], code)

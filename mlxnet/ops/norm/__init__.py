@@ -1,7 +1,8 @@
 """Normalisation ops: layer_norm (over the last axis, channels in NHWC); on the CPU a C++
 primitive (:mod:`.cpu`), on GPUs MLX's fused layer norm (:mod:`.kernel`). batch_norm_train
-(training-mode BatchNorm with an optional SiLU): on every back end its definition's forward with
-the layer's analytic gradient (:mod:`.lean`), which keeps only the input for the backward."""
+(training-mode BatchNorm with an optional SiLU): on the CPU a C++ primitive, on GPUs portable
+kernels, three passes forward and three back (:mod:`.kernel`); each keeps only the input and
+the statistics for the backward, as does the lean face they fall back to (:mod:`.lean`)."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -39,6 +40,7 @@ def _bn_edges() -> list[tuple[tuple, dict]]:
 
 
 batch_norm_train = register("batch_norm_train", cpu=cpu.batch_norm_train, kernel=kernel.batch_norm_train,
+                            kernel_vjp=kernel.batch_norm_train_vjp, sources=kernel.BATCH_NORM_KERNELS,
                             check=check.batch_norm_train, example=_bn_example,
                             edge_examples=_bn_edges)(definition.batch_norm_train)
 
