@@ -3,7 +3,8 @@
 Importing mlxnet points MLX's BLAS calls at an optimised BLAS on Linux, in either import order
 (what MLX needs to be usable there; :mod:`mlxnet._blas`), and picks MLX's default device
 (:mod:`mlxnet.device`). Nothing else in the process changes: no environment variable (it is
-only read, :mod:`mlxnet.env`), no allocator setting. Its CPU primitives are built on first CPU
+only read, :mod:`mlxnet.env`; the ``mlxnet`` command's own process alone gets MLX's load-time
+settings, :mod:`mlxnet._cuda_graphs`), no allocator setting. Its CPU primitives are built on first CPU
 use (:mod:`mlxnet._native`); process-wide tuning is opt-in (:func:`tune_cpu`, :func:`tune_gpu`).
 
 The import never fails on an ``MLXNET_*`` setting: one it cannot honour (``MLXNET_DEVICE=gpu``
@@ -11,7 +12,11 @@ without a GPU, an unknown value) is raised as a one-line :class:`MlxnetError` by
 (:func:`backend`, :func:`current_device`, :func:`kernels_enabled`, so every op), which an
 explicit :func:`use_device` before it avoids for ``MLXNET_DEVICE``.
 """
-from . import _blas, _cuda_graphs, _malloc, _native
+from . import _cuda_graphs
+
+_cuda_graphs.prepare_the_command()  # the mlxnet command's own process only, before MLX loads
+
+from . import _blas, _malloc, _native  # noqa: E402
 
 _blas.bind()
 

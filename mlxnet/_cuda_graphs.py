@@ -16,14 +16,17 @@ keeps (``MLX_CUDA_CONV_CACHE_SIZE``, 128 by default) is read when MLX's library 
 any Python code of ours runs. A YOLOv8s forward needs about as many plans as that at one input
 shape, so photos of two letterbox shapes taken in turn evict each other's plans and every
 forward rebuilds them (about 75 ms instead of 2 on an H200). :data:`LOAD_TIME_SETTINGS` keeps
-plans for every letterbox shape of a 640 input; the ``mlxnet`` command, on a CUDA build where the
-user has not set them, starts itself again once with them (:func:`missing_load_time_settings`).
-A library user sets them before starting Python: ``MLX_CUDA_CONV_CACHE_SIZE=16384 python app.py``.
+plans for every letterbox shape of a 640 input. In the ``mlxnet`` command's own process (its
+console script, or ``python -m mlxnet``), ``import mlxnet`` sets those the user has not set
+before MLX's library loads (:func:`prepare_the_command`); any other process is left as it is. A
+library user sets them before starting Python: ``MLX_CUDA_CONV_CACHE_SIZE=16384 python app.py``.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
+from pathlib import Path
 
 VARIABLE = "MLX_USE_CUDA_GRAPHS"
 # MLX's CUDA back end keeps every buffer a command buffer's kernels read until the whole command
@@ -50,6 +53,30 @@ def configure(low_memory: bool = False, cuda: bool | None = None, ops_per_buffer
         cuda = mx.cuda.is_available()
     if cuda:
         os.environ.setdefault(OPS_PER_BUFFER, str(1 if low_memory else int(ops_per_buffer)))
+
+
+COMMAND = "mlxnet"
+
+
+def is_the_command() -> bool:
+    """Whether this process is the ``mlxnet`` command: its console script (a script named
+    ``mlxnet``) or ``python -m mlxnet``, whose package Python imports while ``sys.argv[0]`` is
+    still ``-m``."""
+    if sys.argv[:1] == ["-m"]:
+        argv = list(getattr(sys, "orig_argv", ()))
+        return "-m" in argv and argv[argv.index("-m") + 1:argv.index("-m") + 2] == [COMMAND]
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    return script is not None and getattr(main, "__spec__", None) is None and Path(script).name == COMMAND
+
+
+def prepare_the_command() -> None:
+    """The load-time settings the user has not set, in the command's own process only: called
+    by ``import mlxnet`` before anything loads MLX, so the command needs no second start to
+    have them. Metal and CPU builds ignore them."""
+    if is_the_command():
+        for name, value in LOAD_TIME_SETTINGS.items():
+            os.environ.setdefault(name, value)
 
 
 def missing_load_time_settings(cuda: bool | None = None) -> dict[str, str]:

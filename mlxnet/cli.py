@@ -70,8 +70,9 @@ def _shorten(text: str, limit: int = 10) -> str:
 
 def _restart_with_load_time_settings() -> None:
     """On a CUDA build, start this command again with the MLX settings read when MLX's library
-    loads (mlxnet._cuda_graphs), where the user has not set them: once, as the new process
-    has them."""
+    loads (mlxnet._cuda_graphs), where they are still missing: once, as the new process has
+    them. ``import mlxnet`` sets them in the command's process before MLX loads, so this
+    happens only where something loaded MLX before mlxnet (an embedding of the CLI)."""
     from . import _cuda_graphs
 
     missing = _cuda_graphs.missing_load_time_settings()

@@ -195,6 +195,30 @@ def test_the_command_restarts_once_with_the_load_time_settings_on_cuda_only(monk
     assert _cuda_graphs.missing_load_time_settings(cuda=True) == {}
 
 
+def test_the_command_has_the_load_time_settings_from_its_first_start(tmp_path, monkeypatch):
+    """The command's own process (a console script named mlxnet, or python -m mlxnet) gets
+    MLX_CUDA_CONV_CACHE_SIZE at `import mlxnet`, before MLX loads, so it never starts twice;
+    a library user's process is left as it is, and a user's value wins."""
+    from mlxnet import _cuda_graphs
+
+    probe = ("import os, sys; import mlxnet; "
+             "print(os.environ.get('MLX_CUDA_CONV_CACHE_SIZE'), mlxnet._cuda_graphs.missing_load_time_settings(cuda=True))")
+    script = tmp_path / "mlxnet"
+    script.write_text(probe + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "MLX_CUDA_CONV_CACHE_SIZE"}
+    run = lambda *argv, **extra: subprocess.run([sys.executable, *argv], capture_output=True, text=True,  # noqa: E731
+                                               check=True, env={**env, **extra}, cwd=tmp_path).stdout.split()
+    assert run(str(script)) == ["16384", "{}"]
+    assert run("-c", probe) == ["None", "{'MLX_CUDA_CONV_CACHE_SIZE':", "'16384'}"]
+    assert run(str(script), MLX_CUDA_CONV_CACHE_SIZE="64")[0] == "64"
+    # python -m mlxnet: the package is imported while sys.argv[0] is still "-m"
+    monkeypatch.setattr(sys, "argv", ["-m", "detect"])
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-X", "dev", "-m", "mlxnet", "detect"])
+    assert _cuda_graphs.is_the_command()
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "other", "mlxnet"])
+    assert not _cuda_graphs.is_the_command()
+
+
 @pytest.mark.gpu
 def test_on_cuda_the_command_runs_with_a_larger_convolution_plan_cache():
     import mlx.core as mx
