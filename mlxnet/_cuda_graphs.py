@@ -62,7 +62,7 @@ def is_the_command() -> bool:
     """Whether this process is the ``mlxnet`` command: its console script (a script named
     ``mlxnet``) or ``python -m mlxnet``, whose package Python imports while ``sys.argv[0]`` is
     still ``-m``."""
-    if sys.argv[:1] == ["-m"]:
+    if getattr(sys, "argv", [])[:1] == ["-m"]:  # an embedding interpreter may have no argv
         argv = list(getattr(sys, "orig_argv", ()))
         return "-m" in argv and argv[argv.index("-m") + 1:argv.index("-m") + 2] == [COMMAND]
     main = sys.modules.get("__main__")
