@@ -229,6 +229,12 @@ class Launch:
 
 _UNBUILT = object()  # a PortableKernel._cuda entry not made yet (None: MLX builds that one)
 
+
+def _cuda_key(template: Sequence[tuple[str, Any]], inputs: Sequence[mx.array],
+              output_dtypes: Sequence[mx.Dtype]) -> tuple:
+    """What a CUDA build depends on besides the kernel: its template and dtypes."""
+    return tuple(template), tuple(x.dtype for x in inputs), tuple(output_dtypes)
+
 # Every PortableKernel ever constructed, so checks can prove each one was rendered.
 KERNELS: list["PortableKernel"] = []
 _recording: list[list[Launch]] = []
@@ -307,17 +313,12 @@ class PortableKernel:
         if not _recording and 0 not in grid and backend() == "cuda":
             # The common case, kept short: a training step makes hundreds of launches, each
             # costing the host time the device then waits for.
-            key = (tuple(template), tuple(x.dtype for x in inputs), tuple(output_dtypes))
-            built = self._cuda.get(key, _UNBUILT)
+            built = self._cuda.get(_cuda_key(template, inputs, output_dtypes), _UNBUILT)
             if built is _UNBUILT:
                 built = self.cuda_binary(self._launch(inputs, template, grid, threadgroup, output_shapes,
                                                       output_dtypes, init_value))
             if built is not None:
-                extra = {} if init_value is None else {"init_value": init_value}
-                return mx.fast.precompiled_cuda_kernel(
-                    name=built[0], compiled_source=built[1], inputs=inputs, scalars=[], grid=tuple(grid),
-                    threadgroup=tuple(threadgroup), output_shapes=[tuple(s) for s in output_shapes],
-                    output_dtypes=list(output_dtypes), ensure_row_contiguous=self.row_contiguous, **extra)
+                return self._run_built(built, inputs, grid, threadgroup, output_shapes, output_dtypes, init_value)
         launch = self._launch(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value)
         if _recording or 0 in launch.grid:
             if _recording:
@@ -339,14 +340,20 @@ class PortableKernel:
         if target == "cuda":
             built = self.cuda_binary(launch)
             if built is not None:
-                symbol, code = built
-                kwargs = launch.call_kwargs()
-                kwargs.pop("template")
-                return mx.fast.precompiled_cuda_kernel(
-                    name=symbol, compiled_source=code, inputs=list(launch.inputs), scalars=[],
-                    ensure_row_contiguous=self.row_contiguous, **kwargs)
+                return self._run_built(built, launch.inputs, launch.grid, launch.threadgroup, launch.output_shapes,
+                                       launch.output_dtypes, launch.init_value)
         self.built.add((target, tuple((k, str(v)) for k, v in launch.template)))
         return self.handle(target)(inputs=list(launch.inputs), **launch.call_kwargs())
+
+    def _run_built(self, built: tuple[str, bytes], inputs: Sequence[mx.array], grid: Sequence[int],
+                   threadgroup: Sequence[int], output_shapes: Sequence[Sequence[int]],
+                   output_dtypes: Sequence[mx.Dtype], init_value: float | None) -> list[mx.array]:
+        """Launch mlxnet's own CUDA build (symbol, binary) of this kernel."""
+        extra = {} if init_value is None else {"init_value": init_value}
+        return mx.fast.precompiled_cuda_kernel(
+            name=built[0], compiled_source=built[1], inputs=list(inputs), scalars=[], grid=tuple(grid),
+            threadgroup=tuple(threadgroup), output_shapes=[tuple(s) for s in output_shapes],
+            output_dtypes=list(output_dtypes), ensure_row_contiguous=self.row_contiguous, **extra)
 
     def cuda_source(self, launch: Launch) -> tuple[str, str] | None:
         """(symbol, whole CUDA source) of this launch for mlxnet's once-per-machine build; None
@@ -362,7 +369,7 @@ class PortableKernel:
     def cuda_binary(self, launch: Launch) -> tuple[str, bytes] | None:
         """The launch's CUDA build, made (or read from the cache) once per template and dtypes;
         None where MLX builds it instead (:meth:`cuda_source`)."""
-        key = (launch.template, tuple(x.dtype for x in launch.inputs), launch.output_dtypes)
+        key = _cuda_key(launch.template, launch.inputs, launch.output_dtypes)
         if key not in self._cuda:
             self.built.add(("cuda", tuple((k, str(v)) for k, v in launch.template)))
             made = self.cuda_source(launch)

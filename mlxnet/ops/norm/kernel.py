@@ -94,4 +94,4 @@ def batch_norm_train_vjp(primals: list, cotangents: tuple, outputs: tuple, *, ep
     (dx,) = BN_GRAD_INPUT([dy, x, mean, var, weight, bias, coef, epsilon, int_params((x.size, c))],
                           template=template, grid=(x.size, 1, 1), threadgroup=(GROUP, 1, 1),
                           output_shapes=[x.shape], output_dtypes=[x.dtype])
-    return dx, d_weight, d_bias.astype(bias.dtype)
+    return dx, d_weight, d_bias  # bias has weight's dtype (_kernels_take)
