@@ -172,6 +172,20 @@ def is_tracing() -> bool:
     return bool(_tracing)
 
 
+_differentiating: list[bool] = []
+
+
+def differentiating() -> ContextManager[None]:
+    """Marks a graph built to be differentiated (a training step's forward): ops may pick the
+    forms whose backward costs less, which inference would not gain from."""
+    return _pushed(_differentiating, True)
+
+
+def is_differentiating() -> bool:
+    """Whether the op being called is part of a graph that will be differentiated."""
+    return bool(_differentiating)
+
+
 def trim_cache(keep_bytes: int) -> int:
     """Free MLX's cached buffers if they hold more than ``keep_bytes``; the bytes freed (0 when
     kept).

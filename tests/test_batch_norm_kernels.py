@@ -53,3 +53,35 @@ def test_kernels_equal_the_definition(gpu, shape, activation, dtype, offset, tol
         scale = max(float(np.abs(r).max()), 1.0)
         err = float(np.abs(g - r).max()) / scale
         assert err < tol, f"{name}: relative error {err:.3g}"
+
+
+def _with_running(x, w, b, dy, activation, momentum=0.03):
+    """The op with running statistics, differentiated through y only (as a training step: the
+    statistics' cotangents are MLX's zeros), and the updated running statistics."""
+    c = x.shape[-1]
+    rm, rv = mx.linspace(-1, 1, c), mx.linspace(0.5, 2, c)
+
+    def f(x, w, b):
+        y, _, _, new_mean, new_var = ops.batch_norm_train(x, w, b, rm, rv, eps=1e-3, activation=activation,
+                                                          momentum=momentum)
+        return (y.astype(mx.float32) * dy.astype(mx.float32)).sum(), (new_mean, new_var)
+    (_, running), grads = mx.value_and_grad(f, argnums=(0, 1, 2))(x, w, b)
+    mx.eval(running, grads)
+    return [np.array(a.astype(mx.float32)) for a in (*running, *grads)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype,offset,tol", [(mx.float32, 0.0, 2e-4), (mx.float32, 100.0, 2e-4),
+                                              (mx.bfloat16, 5.0, 3e-2)])
+def test_running_statistics_in_the_kernels_equal_the_definition(gpu, shape, dtype, offset, tol):
+    """bn_finish's running-statistics update, and the backward with the statistics' zero
+    cotangents read through their (broadcast) strides."""
+    x, w, b, dy = _case(shape, dtype, offset)
+    got = _with_running(x, w, b, dy, "silu")
+    with mlxnet.use_kernels(False):
+        want = _with_running(x, w, b, dy, "silu")
+    for name, g, r in zip(("running_mean", "running_var", "dx", "dweight", "dbias"), got, want):
+        scale = max(float(np.abs(r).max()), 1.0)
+        err = float(np.abs(g - r).max()) / scale
+        assert err < tol, f"{name}: relative error {err:.3g}"

@@ -36,8 +36,8 @@ def batch_norm_relu(bn: nn.BatchNorm, x: mx.array,
 
 def batch_norm_act(bn: nn.BatchNorm, x: mx.array, activation: str | None = None) -> mx.array:
     """``activation(bn(x))`` (None or "silu"). In training mode one op,
-    :func:`mlxnet.ops.batch_norm_train`, whose backward keeps only ``x``; the running statistics
-    are updated as MLX's BatchNorm updates them (momentum ``bn.momentum``, unbiased variance).
+    :func:`mlxnet.ops.batch_norm_train`, whose backward keeps only ``x``, updating the running
+    statistics as MLX's BatchNorm does (momentum ``bn.momentum``, unbiased variance).
     A layer marked ``bn.synchronised = True`` (data-parallel training) normalises with the
     statistics of every process's share of the batch."""
     from .. import ops
@@ -46,14 +46,11 @@ def batch_norm_act(bn: nn.BatchNorm, x: mx.array, activation: str | None = None)
         y = bn(x)
         return ops.silu(y) if activation == "silu" else y
     sync = getattr(bn, "synchronised", False)
-    y, mean, var = ops.batch_norm_train(x, bn.weight, bn.bias, eps=bn.eps, activation=activation, sync=sync)
-    if "running_mean" in bn:
-        from ..ops.norm.definition import batch_count
-
-        n = batch_count(x, sync) if sync else x.size // x.shape[-1]
-        mu = bn.momentum
-        bn.running_mean = (1 - mu) * bn.running_mean + mu * mx.stop_gradient(mean)
-        bn.running_var = (1 - mu) * bn.running_var + mu * mx.stop_gradient(var) * (n / (n - 1))
+    if "running_mean" not in bn:
+        return ops.batch_norm_train(x, bn.weight, bn.bias, eps=bn.eps, activation=activation, sync=sync)[0]
+    y, _, _, bn.running_mean, bn.running_var = ops.batch_norm_train(
+        x, bn.weight, bn.bias, bn.running_mean, bn.running_var, eps=bn.eps, activation=activation, sync=sync,
+        momentum=bn.momentum)
     return y
 
 

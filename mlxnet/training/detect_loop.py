@@ -35,7 +35,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from .. import distributed, env
-from ..device import backend, compile_enabled, current_device
+from ..device import backend, compile_enabled, current_device, differentiating
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
 from ..progress import progress_bar
@@ -595,7 +595,8 @@ def _step_function(net: nn.Module, loss_fn: Callable, compiled: bool = False) ->
     grad_fn = nn.value_and_grad(net, loss_fn)
 
     def step(images: mx.array, boxes: mx.array, classes: mx.array, whole: int) -> tuple[mx.array, dict]:
-        (_, parts), grads = grad_fn(net, images, Targets(boxes, classes), whole)
+        with differentiating():
+            (_, parts), grads = grad_fn(net, images, Targets(boxes, classes), whole)
         return parts, grads
     if not compiled:
         return step

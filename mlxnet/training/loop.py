@@ -31,6 +31,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from .. import distributed
+from ..device import differentiating
 from ..errors import MlxnetError
 from ..image import check_output_path
 from ..progress import progress_bar
@@ -236,7 +237,8 @@ def train(cfg: TrainConfig) -> list[EpochReport]:
                 images, labels = D.batch_of(train_set, mine, cfg.size, epoch=epoch, seed=cfg.seed)
                 # The compute copy of the weights (float32: the master weights themselves).
                 net.update(master if dtype == mx.float32 else tree_map(lambda p: p.astype(dtype), master))
-                loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
+                with differentiating():  # ops pick their cheaper-backward forms
+                    loss, grads = grad_fn(net, mx.array(images).astype(dtype), mx.array(labels))
                 grads = distributed.average(tree_map(lambda g: g.astype(mx.float32), grads))
                 master = opt.apply_gradients(grads, master)
                 mx.eval(master, opt.state, loss, running_statistics(net))  # statistics: each step's, not a growing graph

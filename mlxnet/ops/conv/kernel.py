@@ -14,12 +14,12 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-from ...device import backend, memory_first
+from ...device import backend, is_differentiating, memory_first
 from ...dtypes import FLOATS
 from ..activations import silu
 from ..core.kernel_source import MLX_SMALL_POOL_BYTES, PortableKernel, launch_nhwc
 from ..core.registry import REGISTRY
-from . import definition
+from . import cuda_grad, definition
 from .check import Pair, _out_size, _pair
 from .tap_gemm import _taps_then_shift
 
@@ -42,6 +42,8 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual
     elif _taps_help(x, weight, stride, padding, dilation, groups):
         xp = mx.pad(x, [(0, 0), (padding[0], padding[0]), (padding[1], padding[1]), (0, 0)])
         y = _taps_then_shift(xp, weight, dilation, _out_size(x, weight, stride, padding, dilation))
+    elif backend() == "cuda" and is_differentiating() and cuda_grad.takes(x, weight, dilation, groups):
+        y = cuda_grad.conv2d(x, weight, stride=stride, padding=padding)
     else:
         y = definition.mlx_conv2d(x, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
     if _epilogue_kernel_helps(y, bias, residual, activation):

@@ -36,7 +36,8 @@ def _bn_example() -> tuple[tuple, dict]:
 
 def _bn_edges() -> list[tuple[tuple, dict]]:
     tiny = mx.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
-    return [((tiny, mx.ones((3,)), mx.zeros((3,))), {}), ((tiny, mx.ones((3,)), mx.zeros((3,))), {"activation": "silu"})]
+    return [((tiny, mx.ones((3,)), mx.zeros((3,))), {}), ((tiny, mx.ones((3,)), mx.zeros((3,))), {"activation": "silu"}),
+            ((tiny, mx.ones((3,)), mx.zeros((3,)), mx.array([0.5, -1.0, 2.0]), mx.ones((3,))), {"momentum": 0.03})]
 
 
 batch_norm_train = register("batch_norm_train", cpu=cpu.batch_norm_train, kernel=kernel.batch_norm_train,

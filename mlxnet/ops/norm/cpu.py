@@ -19,15 +19,17 @@ def layer_norm(x: mx.array, weight: mx.array | None = None, bias: mx.array | Non
     return native.layer_norm(x, as_f32(weight), as_f32(bias), eps)
 
 
-def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
-                     activation: str | None = None, sync: bool = False) -> tuple[mx.array, mx.array, mx.array]:
+def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, running_mean: mx.array | None = None,
+                     running_var: mx.array | None = None, *, eps: float = 1e-5, activation: str | None = None,
+                     sync: bool = False, momentum: float = 0.1) -> tuple[mx.array, ...]:
     """mlxnet's C++ primitive in float32 (three passes on every core, its gradient two more,
     keeping only the input and the statistics); else, and for a synchronised layer, the
     definition's forward with the layer's analytic gradient (:mod:`.lean`, shared with the GPU
     face)."""
     native = _native.on_cpu()
     if native is None or sync or x.dtype != mx.float32 or x.ndim < 1:
-        return lean.batch_norm_train(x, weight, bias, eps=eps, activation=activation, sync=sync)
-    y, mean, var = native.batch_norm_train(x, weight.astype(mx.float32), bias.astype(mx.float32), eps,
-                                           activation == "silu")
-    return y, mean, var
+        return lean.batch_norm_train(x, weight, bias, running_mean, running_var, eps=eps, activation=activation,
+                                     sync=sync, momentum=momentum)
+    outputs = native.batch_norm_train(x, weight.astype(mx.float32), bias.astype(mx.float32), eps,
+                                      activation == "silu")
+    return lean.with_running(tuple(outputs), x, running_mean, running_var, sync=sync, momentum=momentum)

@@ -35,12 +35,17 @@ def statistics_dtype(dtype: mx.Dtype) -> mx.Dtype:
     return mx.float64 if dtype == mx.float64 else mx.float32
 
 
-def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
-                     activation: str | None = None, sync: bool = False) -> tuple[mx.array, mx.array, mx.array]:
+def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, running_mean: mx.array | None = None,
+                     running_var: mx.array | None = None, *, eps: float = 1e-5, activation: str | None = None,
+                     sync: bool = False, momentum: float = 0.1) -> tuple[mx.array, ...]:
     """Training-mode BatchNorm over every axis but the last (channels in NHWC), then
     ``activation`` (None or "silu"): (y, the batch's mean, its biased variance), statistics in
     float32 at least (float64 stays float64). ``sync``: the statistics of the batch all the
-    processes of :func:`mlxnet.distributed.group` hold together (synchronised BatchNorm)."""
+    processes of :func:`mlxnet.distributed.group` hold together (synchronised BatchNorm).
+
+    With ``running_mean`` and ``running_var``, also their updates as PyTorch's and MLX's
+    BatchNorm make them (:func:`running_update`): (y, mean, var, new running mean, new running
+    variance)."""
     ct = statistics_dtype(x.dtype)
     xf = x.astype(ct)
     axes = tuple(range(x.ndim - 1))
@@ -50,4 +55,19 @@ def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: floa
     z = (xf - mean) * mx.rsqrt(var + eps) * weight.astype(ct) + bias.astype(ct)
     if activation == "silu":
         z = z * mx.sigmoid(z)
-    return z.astype(x.dtype), mean, var
+    if running_mean is None:
+        return z.astype(x.dtype), mean, var
+    return (z.astype(x.dtype), mean, var,
+            *running_update(running_mean, running_var, mean, var, x, sync=sync, momentum=momentum))
+
+
+def running_update(running_mean: mx.array, running_var: mx.array, mean: mx.array, var: mx.array, x: mx.array,
+                   *, sync: bool, momentum: float) -> tuple[mx.array, mx.array]:
+    """The running statistics after a batch: ``(1 - momentum)`` of the old plus ``momentum`` of
+    the batch's mean and unbiased variance, in the running statistics' dtype; no gradient flows
+    through them."""
+    n = batch_count(x, sync) if sync else x.size // x.shape[-1]
+    new_mean = (1 - momentum) * running_mean + momentum * mean
+    new_var = (1 - momentum) * running_var + momentum * var * (n / (n - 1))
+    return (mx.stop_gradient(new_mean.astype(running_mean.dtype)),
+            mx.stop_gradient(new_var.astype(running_var.dtype)))

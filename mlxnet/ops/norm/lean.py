@@ -11,8 +11,9 @@ import mlx.core as mx
 from . import definition
 
 
-def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: float = 1e-5,
-                     activation: str | None = None, sync: bool = False) -> tuple[mx.array, mx.array, mx.array]:
+def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, running_mean: mx.array | None = None,
+                     running_var: mx.array | None = None, *, eps: float = 1e-5, activation: str | None = None,
+                     sync: bool = False, momentum: float = 0.1) -> tuple[mx.array, ...]:
     @mx.custom_function
     def forward(x: mx.array, weight: mx.array, bias: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         return definition.batch_norm_train(x, weight, bias, eps=eps, activation=activation, sync=sync)
@@ -21,15 +22,26 @@ def batch_norm_train(x: mx.array, weight: mx.array, bias: mx.array, *, eps: floa
     def backward(primals: tuple, cotangents: tuple, outputs: tuple) -> tuple[mx.array, mx.array, mx.array]:
         return analytic_vjp(primals, cotangents, outputs, eps=eps, activation=activation, sync=sync)
 
-    return forward(x, weight, bias)
+    return with_running(forward(x, weight, bias), x, running_mean, running_var, sync=sync, momentum=momentum)
+
+
+def with_running(outputs: tuple, x: mx.array, running_mean: mx.array | None, running_var: mx.array | None,
+                 *, sync: bool, momentum: float) -> tuple[mx.array, ...]:
+    """(y, mean, var), followed by the running statistics' update where they are given."""
+    if running_mean is None:
+        return outputs
+    _, mean, var = outputs
+    return (*outputs, *definition.running_update(running_mean, running_var, mean, var, x, sync=sync,
+                                                 momentum=momentum))
 
 
 def analytic_vjp(primals: tuple, cotangents: tuple, outputs: tuple, *, eps: float, activation: str | None,
                  sync: bool) -> tuple[mx.array, mx.array, mx.array]:
-    """The gradients of (x, weight, bias) from those of (y, mean, var), in MLX ops."""
-    x, weight, bias = primals
-    dy, d_mean, d_var = cotangents
-    _, mean, var = outputs
+    """The gradients of (x, weight, bias) from those of (y, mean, var), in MLX ops; zeros for
+    running statistics among the primals (their update passes no gradient)."""
+    x, weight, bias = primals[:3]
+    dy, d_mean, d_var = cotangents[:3]
+    _, mean, var = outputs[:3]
     axes = tuple(range(x.ndim - 1))
     n = definition.batch_count(x, sync)
     ct = definition.statistics_dtype(x.dtype)
@@ -50,4 +62,5 @@ def analytic_vjp(primals: tuple, cotangents: tuple, outputs: tuple, *, eps: floa
     dx = (w * invstd) * (dz - all_bias / n - xhat * (all_weight / n))
     # The statistics' own cotangents (zero where only y is differentiated), from every process.
     dx = dx + definition.across(d_mean, sync) / n + centred * (2 * definition.across(d_var, sync) / n)
-    return dx.astype(x.dtype), d_weight.astype(weight.dtype), d_bias.astype(bias.dtype)
+    return (dx.astype(x.dtype), d_weight.astype(weight.dtype), d_bias.astype(bias.dtype),
+            *(mx.zeros_like(r) for r in primals[3:]))
