@@ -71,6 +71,33 @@ def test_save_is_atomic_and_uses_normal_permissions(tmp_path, monkeypatch):
     assert len(list(tmp_path.iterdir())) == 1
 
 
+def test_a_host_snapshot_is_written_as_mlx_writes_it(tmp_path, monkeypatch):
+    """host_copies + save_safetensors (what the training's writer thread gets): numpy where
+    numpy has the dtype, bfloat16 left to MLX; the file is the one MLX writes, bit for bit in
+    values and metadata, and a snapshot of host arrays never calls MLX's writer."""
+    from mlxnet.weights.safetensors_io import host_copies
+
+    w = sample()
+    snapshot = host_copies(w)
+    assert isinstance(snapshot["bf16"], mx.array)
+    assert all(isinstance(v, np.ndarray) for k, v in snapshot.items() if k != "bf16")
+    host_only = {k: v for k, v in snapshot.items() if k != "bf16"}
+
+    def no_mlx(*args, **kwargs):
+        raise AssertionError("MLX's writer was called for host arrays")
+    with monkeypatch.context() as m:
+        m.setattr(mx, "save_safetensors", no_mlx)
+        ours = save_safetensors(tmp_path / "host.safetensors", host_only, metadata={"format": "test"})
+    theirs = save_safetensors(tmp_path / "mlx.safetensors", {k: w[k] for k in host_only}, metadata={"format": "test"})
+    a, b = load_safetensors(ours), load_safetensors(theirs)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and mx.array_equal(a[k], b[k]).item(), k
+    assert read_safetensors_header(ours)[1] == {"format": "test"}
+    mixed = save_safetensors(tmp_path / "mixed.safetensors", snapshot)  # bfloat16 among them: MLX's writer
+    assert load_safetensors(mixed)["bf16"].dtype == mx.bfloat16
+
+
 def test_broken_files_fail_with_one_line_naming_the_file(tmp_path):
     with pytest.raises(MlxnetError, match=r"weights file not found: .*absent\.safetensors"):
         load_safetensors(tmp_path / "absent.safetensors")

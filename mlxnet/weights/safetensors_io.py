@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dtypes import DTypeLike, as_dtype  # noqa: F401  (re-exported: weights' callers use it)
 from ..errors import MlxnetError
-from ..image import atomic_write
+from ..image import atomic_write, atomic_write_bytes
 from .torch_pickle.limits import mlx_shape_problem
 
 PathLike = Union[str, os.PathLike]
@@ -175,12 +175,25 @@ def load_safetensors_with_metadata(path: PathLike, *, dtype: DTypeLike = None
     return cast_floating(weights, dtype), metadata
 
 
+def host_copies(arrays: Mapping[str, mx.array]) -> dict[str, "mx.array | np.ndarray"]:
+    """Evaluated arrays copied to numpy where numpy has their dtype (bfloat16 stays an MLX
+    array): a snapshot :func:`save_safetensors` writes without calling MLX."""
+    return {k: v if v.dtype == mx.bfloat16 else np.array(v) for k, v in arrays.items()}
+
+
 def save_safetensors(path: PathLike, weights: Mapping[str, "mx.array | np.ndarray"], *,
                      metadata: Mapping[str, str] | None = None, dtype: DTypeLike = None) -> Path:
     """Write atomically (:func:`mlxnet.image.atomic_write`): a temporary sibling, then
     ``os.replace``, so a crash never leaves a half-written file under the final name. The file
     gets the usual permissions (0666 minus the umask); a failure names ``path``."""
     path = Path(path)
+    if dtype is None and weights and all(isinstance(v, np.ndarray) for v in weights.values()):
+        # Host arrays are written without MLX: a background thread saving a snapshot then never
+        # waits on (or holds up) the device work of the thread that made it.
+        from safetensors.numpy import save
+
+        data = save({k: np.ascontiguousarray(v) for k, v in weights.items()}, metadata=dict(metadata or {}) or None)
+        return atomic_write_bytes(path, data)
     arrays = cast_floating({k: v if isinstance(v, mx.array) else mx.array(v) for k, v in weights.items()}, dtype)
     mx.eval(list(arrays.values()))
     return atomic_write(path, lambda tmp: mx.save_safetensors(str(tmp), arrays, metadata=dict(metadata or {})),
