@@ -77,6 +77,18 @@ def read_results(run: Path) -> dict:
             "epochs": len(rows)}
 
 
+def child_env(tool: str) -> dict[str, str]:
+    """The child's environment: mlxnet's as ``mlxnet train detect`` has it, whose own process sets
+    MLX's load-time settings (:data:`mlxnet._cuda_graphs.LOAD_TIME_SETTINGS`: the cuDNN plans a
+    training step and its validation need exceed MLX's default 128, and a process started as
+    ``python -c`` would rebuild them) unless the user set them."""
+    if tool != "mlxnet":
+        return ENV
+    from mlxnet._cuda_graphs import LOAD_TIME_SETTINGS
+
+    return {**LOAD_TIME_SETTINGS, **ENV}
+
+
 def child(tool: str, args: argparse.Namespace, seed: int, out: Path) -> dict:
     """Run one training in a fresh process; its peak resident memory from the kernel's accounting
     of that process (wait4)."""
@@ -87,7 +99,8 @@ def child(tool: str, args: argparse.Namespace, seed: int, out: Path) -> dict:
             f"{args.imgsz}, {args.batch}, {seed}, {args.device!r}, {args.workers}"
             f"{', ' + repr(args.dtype) if tool == 'mlxnet' else ''})))")
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=stdout, stderr=stderr, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", code], env=child_env(tool), stdout=stdout, stderr=stderr,
+                                text=True)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         stdout.seek(0), stderr.seek(0)
