@@ -70,6 +70,12 @@ def is_the_command() -> bool:
     return script is not None and getattr(main, "__spec__", None) is None and Path(script).name == COMMAND
 
 
+def unset_load_time_settings() -> list[str]:
+    """The :data:`LOAD_TIME_SETTINGS` this process's environment does not name: MLX loaded with
+    its own defaults for them (unless a value was set after it loaded, which it never read)."""
+    return [name for name in LOAD_TIME_SETTINGS if name not in os.environ]
+
+
 def prepare_the_command() -> None:
     """The load-time settings the user has not set, in the command's own process only: called
     by ``import mlxnet`` before anything loads MLX, so the command needs no second start to

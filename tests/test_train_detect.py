@@ -440,3 +440,19 @@ def test_an_epoch_keeps_no_arrays_of_the_epoch_before(data, tmp_path, monkeypatc
                                      close_mosaic=1, workers=2, output=str(tmp_path / "run"), log=lambda line: None))
     assert len(counts) == 3
     assert counts[2] <= counts[1] + 8 and counts[1] <= counts[0] + 8, counts
+
+
+def test_a_library_process_on_cuda_is_told_about_the_plan_cache(monkeypatch):
+    """train_detector in a process MLX loaded with its 128 cuDNN plans (no MLX_CUDA_CONV_CACHE_SIZE
+    before Python started) says how to start it; the command's process, or the CPU, hears nothing."""
+    from mlxnet.training import detect_loop
+
+    monkeypatch.delenv("MLX_CUDA_CONV_CACHE_SIZE", raising=False)
+    monkeypatch.setattr(detect_loop, "backend", lambda: "cuda")
+    note = detect_loop.plan_cache_note()
+    assert note is not None and "MLX_CUDA_CONV_CACHE_SIZE=16384" in note
+    monkeypatch.setenv("MLX_CUDA_CONV_CACHE_SIZE", "16384")
+    assert detect_loop.plan_cache_note() is None
+    monkeypatch.delenv("MLX_CUDA_CONV_CACHE_SIZE")
+    monkeypatch.setattr(detect_loop, "backend", lambda: "cpu")
+    assert detect_loop.plan_cache_note() is None

@@ -438,6 +438,9 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     if step_compiled and backend() == "cuda":
         log("note: MLXNET_COMPILE=on: the first step compiles the training step's GPU code, minutes the first "
             "time on this machine (MLX caches it)")
+    note = plan_cache_note()
+    if note:
+        log(note)
     validator = Validator(variant, nc, names, dtype)
     steps_done = progress.epoch * nb
     # results.csv's time, as ultralytics counts it: wall seconds since training began (each
@@ -576,6 +579,19 @@ def _sample_processes(cfg: DetectTrainConfig, train_set: D.DetectionSet,
     if workers == 0 or backend() == "cpu":
         return None
     return D.SampleProcesses(train_set, labels, imgsz=cfg.imgsz, workers=workers)
+
+
+def plan_cache_note() -> str | None:
+    """On CUDA, in a process that MLX loaded with its 128 cuDNN plans (a library caller that did
+    not set MLX_CUDA_CONV_CACHE_SIZE before starting Python; the ``mlxnet`` command sets it): a
+    training step and its validation use more plans than that, so every epoch would rebuild them."""
+    from .._cuda_graphs import LOAD_TIME_SETTINGS, unset_load_time_settings
+
+    if backend() != "cuda" or "MLX_CUDA_CONV_CACHE_SIZE" not in unset_load_time_settings():
+        return None
+    return ("note: MLX keeps 128 cuDNN plans in this process; a training step and its validation use more, so each "
+            "epoch rebuilds them (a fifth of an epoch of yolov8n): start Python with MLX_CUDA_CONV_CACHE_SIZE="
+            f"{LOAD_TIME_SETTINGS['MLX_CUDA_CONV_CACHE_SIZE']}, as the mlxnet command runs")
 
 
 def compile_training() -> bool:
