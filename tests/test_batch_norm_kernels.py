@@ -75,8 +75,8 @@ def _with_running(x, w, b, dy, activation, momentum=0.03):
 @pytest.mark.parametrize("dtype,offset,tol", [(mx.float32, 0.0, 2e-4), (mx.float32, 100.0, 2e-4),
                                               (mx.bfloat16, 5.0, 3e-2)])
 def test_running_statistics_in_the_kernels_equal_the_definition(gpu, shape, dtype, offset, tol):
-    """bn_finish's running-statistics update, and the backward with the statistics' zero
-    cotangents read through their (broadcast) strides."""
+    """bn_finish's running-statistics update, and the backward with the statistics' cotangents
+    the zeros MLX makes for outputs the loss does not read."""
     x, w, b, dy = _case(shape, dtype, offset)
     got = _with_running(x, w, b, dy, "silu")
     with mlxnet.use_kernels(False):

@@ -146,9 +146,11 @@ for face, kernels in (("fast", True), ("definition", False)):
         y, mean, var = ops.batch_norm_train(x, w, b, eps=1e-3, activation="silu", sync=True)
         grads = mx.grad(loss, argnums=(0, 1, 2))(x, w, b)
     results[face] = [np.array(a).tolist() for a in (y, mean, var, *grads)]
-print(json.dumps({"rank": rank, "results": results, "mean": mean.tolist(),
-                  "whole_mean": np.concatenate([np.random.default_rng(r).normal(1, 2, (2, 3, 4, 8))
-                                                for r in range(2)]).reshape(-1, 8).mean(0).tolist()}))
+# Each rank's own file: two ranks' lines longer than a pipe's atomic write interleave on stdout.
+with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
+    json.dump({"rank": rank, "results": results, "mean": mean.tolist(),
+               "whole_mean": np.concatenate([np.random.default_rng(r).normal(1, 2, (2, 3, 4, 8))
+                                             for r in range(2)]).reshape(-1, 8).mean(0).tolist()}, f)
 """
 
 
@@ -159,10 +161,11 @@ def test_synchronised_batch_norm_faces_agree_over_two_ranks(tmp_path):
     script = tmp_path / "synced.py"
     script.write_text(SYNCED_BN)
     cmd = [str(LAUNCH), "--backend", "ring", "-n", "2", "--hosts", "127.0.0.1", "-p", str(_free_port_pair()),
-           "--env", "OPENBLAS_NUM_THREADS=1", sys.executable, str(script)]
+           "--env", "OPENBLAS_NUM_THREADS=1", sys.executable, str(script), str(tmp_path)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 2, done.stdout + done.stderr
+    files = sorted(tmp_path.glob("rank*.json"))
+    assert len(files) == 2, done.stdout + done.stderr
+    lines = [json.loads(f.read_text()) for f in files]
     for line in lines:
         np.testing.assert_allclose(line["mean"], line["whole_mean"], rtol=1e-5, atol=1e-5)
         for fast, definition in zip(line["results"]["fast"], line["results"]["definition"]):

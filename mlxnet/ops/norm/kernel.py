@@ -23,8 +23,7 @@ BN_APPLY = PortableKernel("batch_norm.kern", "bn_apply", ["x", "folded", "p"], [
 BN_GRAD_SUMS = PortableKernel("batch_norm.kern", "bn_grad_sums",
                               ["dy", "x", "mean", "var", "weight", "bias", "eps", "p"], ["part"])
 BN_GRAD_FINISH = PortableKernel("batch_norm.kern", "bn_grad_finish",
-                                ["part", "var", "weight", "d_mean", "d_var", "eps", "p"], ["d_weight", "d_bias", "coef"],
-                                row_contiguous=False)
+                                ["part", "var", "weight", "d_mean", "d_var", "eps", "p"], ["d_weight", "d_bias", "coef"])
 BN_GRAD_INPUT = PortableKernel("batch_norm.kern", "bn_grad_input",
                                ["dy", "x", "mean", "var", "weight", "bias", "coef", "eps", "p"], ["dx"])
 BATCH_NORM_KERNELS = (BN_STATS, BN_FINISH, BN_APPLY, BN_GRAD_SUMS, BN_GRAD_FINISH, BN_GRAD_INPUT)
