@@ -58,12 +58,12 @@ def input_gradient(g: mx.array, weight: mx.array, x_shape: tuple, stride: Pair, 
     k = weight.shape[1:3]
     lo = [k[i] - 1 - padding[i] for i in range(2)]
     hi = [x_shape[1 + i] - (1 + stride[i] * (g.shape[1 + i] - 1)) + padding[i] for i in range(2)]
-    grown = [max(-v, 0) for v in lo], [max(-v, 0) for v in hi]  # a negative pad crops afterwards
+    crop_lo, crop_hi = [max(-v, 0) for v in lo], [max(-v, 0) for v in hi]  # a negative pad crops afterwards
     dx = mx.conv_general(g, mx.swapaxes(weight, 0, -1), stride=1,
                          padding=([max(v, 0) for v in lo], [max(v, 0) for v in hi]),
                          input_dilation=stride, flip=True)
-    if any(grown[0]) or any(grown[1]):
-        dx = dx[:, grown[0][0]:dx.shape[1] - grown[1][0], grown[0][1]:dx.shape[2] - grown[1][1], :]
+    if any(crop_lo) or any(crop_hi):
+        dx = dx[:, crop_lo[0]:dx.shape[1] - crop_hi[0], crop_lo[1]:dx.shape[2] - crop_hi[1], :]
     return dx
 
 
