@@ -22,6 +22,7 @@ import yaml
 
 from mlxnet.errors import MlxnetError
 from mlxnet.nn import compiled_for_inference, handoff
+from mlxnet.weights.fold import fold_conv_bn
 from mlxnet.weights.layout import from_torch_layout
 
 from .yolo_blocks import (STRIDES, C2PSA, C2f, C3, C3k2, Concat, Conv, Detect, Pose, Segment, SPPF, Upsample,
@@ -279,6 +280,19 @@ class YOLONet(nn.Module):
             if isinstance(module, Conv):
                 module.fuse()
         return self
+
+    def fused_parameters(self, arrays: dict[str, mx.array]) -> dict[str, mx.array]:
+        """``arrays`` (flat parameters and BatchNorm statistics of this network, unfused) as the
+        flat parameters of its fused form: what :meth:`fuse` gives with them loaded, without
+        building a network (a trainer validates every epoch's weights this way)."""
+        fused = dict(arrays)
+        for name, module in self.named_modules():
+            if isinstance(module, Conv) and "bn" in module:
+                conv, bn = f"{name}.conv.", f"{name}.bn."
+                stats = [fused.pop(bn + k) for k in ("weight", "bias", "running_mean", "running_var")]
+                fused[conv + "weight"], fused[conv + "bias"] = fold_conv_bn(
+                    fused[conv + "weight"], fused.pop(conv + "bias", None), *stats, module.bn.eps)
+        return fused
 
 
 def best_pairs(boxes: mx.array, scores: mx.array, max_det: int) -> tuple[mx.array, mx.array]:

@@ -265,6 +265,26 @@ def test_batches_come_in_order_and_equal_serial_samples(shapes) -> None:
                 assert np.array_equal(batch.boxes[j], boxes) and np.array_equal(batch.classes[j], classes)
 
 
+def test_prefetched_samples_are_the_ones_batches_would_make(shapes) -> None:
+    """The trainer starts the next epoch's first batches before validating: the batches then read
+    are those samples (the same pixels and boxes as made on demand); samples prefetched for
+    another epoch are dropped, not handed out."""
+    ds, labels = shapes
+    groups = [[3, 0, 7], [1, 2]]
+    with D.SampleProcesses(ds, labels, imgsz=IMGSZ, workers=2) as processes:
+        processes.prefetch([9, 10], seed=5, epoch=1, mosaic=True)  # stale: superseded below
+        processes.prefetch([3, 0, 7], seed=5, epoch=2, mosaic=True)
+        assert len(processes._prefetched) == 3
+        got = list(D.batches(ds, labels, groups, imgsz=IMGSZ, seed=5, epoch=2, mosaic=True, processes=processes))
+        assert not processes._prefetched  # every prefetched sample was handed out
+    for batch, group in zip(got, groups):
+        for j, index in enumerate(group):
+            pixels, boxes, classes = D.train_sample(ds, labels, index, imgsz=IMGSZ, rng=sample_rng(5, 2, index),
+                                                    mosaic=True, settings=D.AugmentSettings())
+            assert np.array_equal(batch.images[j], pixels) and np.array_equal(batch.boxes[j], boxes)
+            assert np.array_equal(batch.classes[j], classes)
+
+
 def test_an_unreadable_image_fails_in_the_consumer_naming_the_file(tmp_path) -> None:
     write_split(tmp_path, "train", {"a": "0 0.5 0.5 0.2 0.2\n", "b": "", "c": ""})
     (tmp_path / "images" / "train" / "b.png").write_bytes(b"not a png at all")

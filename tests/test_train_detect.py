@@ -373,10 +373,18 @@ def test_samples_from_worker_processes_train_the_same_weights_as_threads(data, t
     def spy(*args, **kwargs):
         started.append(1)
         return real(*args, **kwargs)
+    prefetched = []
+    real_prefetch = real.prefetch
+
+    def prefetch(self, indices, seed, epoch, mosaic):
+        prefetched.append((len(indices), epoch, mosaic))
+        real_prefetch(self, indices, seed, epoch, mosaic)
     monkeypatch.setattr(detect_loop, "backend", lambda: "metal")
     monkeypatch.setattr(detect_loop.D, "SampleProcesses", spy)
+    monkeypatch.setattr(real, "prefetch", prefetch)
     train_detector(DetectTrainConfig(output=str(tmp_path / "processes"), **config))
     assert started == [1]  # one pool for the whole run
+    assert prefetched == [(8, 1, False)]  # the last epoch's batches (up to 3), made while the first one ended
     a = mx.load(str(tmp_path / "threads" / "weights" / "last.safetensors"))
     b = mx.load(str(tmp_path / "processes" / "weights" / "last.safetensors"))
     assert a.keys() == b.keys()
@@ -456,3 +464,39 @@ def test_a_library_process_on_cuda_is_told_about_the_plan_cache(monkeypatch):
     monkeypatch.delenv("MLX_CUDA_CONV_CACHE_SIZE")
     monkeypatch.setattr(detect_loop, "backend", lambda: "cpu")
     assert detect_loop.plan_cache_note() is None
+
+
+def test_the_training_step_compiles_by_default_on_gpu_back_ends_cuda_included(monkeypatch):
+    """A training run wins back MLX's one-time run-time compile on CUDA (unlike an image command):
+    the step compiles there by default; MLXNET_COMPILE=off trains eagerly; the CPU stays eager."""
+    from mlxnet import device
+    from mlxnet.training import detect_loop
+
+    monkeypatch.delenv("MLXNET_COMPILE", raising=False)
+    for name, compiled in (("cuda", True), ("metal", True), ("cpu", False)):
+        monkeypatch.setattr(device, "backend", lambda name=name: name)
+        assert detect_loop.compile_training() is compiled, name
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setenv("MLXNET_COMPILE", "off")
+    assert detect_loop.compile_training() is False
+    assert "MLXNET_COMPILE=off" in detect_loop.COMPILE_NOTE
+
+
+def test_the_validator_folds_each_epochs_weights_as_fuse_does():
+    """Validator.load folds the BatchNorms from the flat arrays, without building a network: the
+    same parameters, bit for bit, as loading them into a network and fusing it."""
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    from mlxnet.models.yolo import build_variant
+    from mlxnet.training.detect_loop import Validator
+
+    key = iter(mx.random.split(mx.random.key(3), 400))
+    arrays = {k: v + 0.1 * mx.random.normal(v.shape, key=next(key)) for k, v in tree_flatten(build_variant("yolov8n", 2).parameters())}
+    arrays = {k: mx.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in arrays.items()}
+    got = dict(tree_flatten(Validator("yolov8n", 2, ("a", "b")).load(arrays).net.parameters()))
+    reference = build_variant("yolov8n", 2)
+    reference.update(tree_unflatten(list(arrays.items())))
+    want = dict(tree_flatten(reference.fuse().parameters()))
+    assert set(got) == set(want)
+    for k in want:
+        assert mx.array_equal(got[k], want[k]), k

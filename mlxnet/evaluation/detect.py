@@ -1,9 +1,11 @@
 """A detector's mAP on labelled images, in one process, as ``mlxnet val detect`` measures it
 (ultralytics' validation settings: rect letterbox batches, conf 0.001, IoU 0.7, max_det 300,
 multi-label NMS, ultralytics' matching and AP): the per-epoch validation of ``mlxnet train detect``.
-The same functions as the command, without its reader threads and output."""
+The same functions as the command, with reader threads of its own, without its output."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -12,31 +14,43 @@ import numpy as np
 from .metrics import Result, Stats, ap_per_class, match
 from .rect import batch_shapes, image_hw
 
+# Threads decoding validation images (PIL and numpy release the interpreter lock while they work).
+READERS = min(8, os.cpu_count() or 1)
+
 
 def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int], tuple[np.ndarray, np.ndarray]],
              *, imgsz: int = 640, batch: int = 16, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
-             metric: str = "ultralytics", progress: Callable[[int], None] | None = None) -> Result:
+             metric: str = "ultralytics", progress: Callable[[int], None] | None = None,
+             readers: int = READERS) -> Result:
     """``yolo``: a :class:`mlxnet.models.yolo.YOLO`; ``labels(image, width, height)``: its (N, 4)
-    xyxy pixel boxes and (N,) classes. ``progress(n)``: called after each batch of n images."""
+    xyxy pixel boxes and (N,) classes. ``progress(n)``: called after each batch of n images.
+    ``readers`` threads decode and letterbox the next batch's images while one is evaluated."""
     from ..image import load_image
 
     sizes = [image_hw(p) for p in images]
     known = [i for i, hw in enumerate(sizes) if hw is not None]
     order, shapes = batch_shapes([sizes[i] for i in known], batch, imgsz)
-    stats = Stats()
     # yolo val's batches: images of one rect shape, in its (aspect-ratio) order.
-    for start in range(0, len(order), batch):
-        members = [known[i] for i in order[start:start + batch]]
-        shape = tuple(int(v) for v in shapes[order[start]])
-        items, truth = [], []
-        for i in members:
-            pixels = load_image(images[i])
-            truth.append(labels(images[i], pixels.shape[1], pixels.shape[0]))
-            items.append(yolo.prepare(pixels, imgsz, shape))
-        head = yolo.head_outputs(items)
-        for k, (item, (boxes, ids)) in enumerate(zip(items, truth)):
-            input_boxes, _, scores, classes = yolo.val_detections(head[k], item, conf=conf, iou=iou, max_det=max_det)
-            stats.add(match(input_boxes, scores, classes, item.to_input(boxes), ids, metric), scores, classes, ids)
-        if progress is not None:
-            progress(len(members))
+    plan = [([known[i] for i in order[start:start + batch]], tuple(int(v) for v in shapes[order[start]]))
+            for start in range(0, len(order), batch)]
+
+    def read(i: int, shape: tuple[int, int]) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+        pixels = load_image(images[i])
+        return yolo.prepare(pixels, imgsz, shape), labels(images[i], pixels.shape[1], pixels.shape[0])
+
+    stats = Stats()
+    with ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="val-read") as pool:
+        def submit(k: int) -> list[Future]:
+            return [pool.submit(read, i, plan[k][1]) for i in plan[k][0]] if k < len(plan) else []
+
+        ahead = submit(0)
+        for k in range(len(plan)):
+            current, ahead = ahead, submit(k + 1)  # one batch read ahead: memory stays two batches
+            items, truth = zip(*(f.result() for f in current))
+            head = yolo.head_outputs(items)
+            for j, (item, (boxes, ids)) in enumerate(zip(items, truth)):
+                input_boxes, _, scores, classes = yolo.val_detections(head[j], item, conf=conf, iou=iou, max_det=max_det)
+                stats.add(match(input_boxes, scores, classes, item.to_input(boxes), ids, metric), scores, classes, ids)
+            if progress is not None:
+                progress(len(items))
     return ap_per_class(stats, metric)

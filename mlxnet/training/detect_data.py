@@ -466,6 +466,9 @@ def _worker_sample(index: int, seed: int, epoch: int, mosaic: bool) -> tuple[np.
     return pixels, boxes, classes
 
 
+AHEAD = 3  # batches being made beyond the one the step consumes
+
+
 class SampleProcesses:
     """Worker processes that make a run's training samples, started once for all its epochs.
     The samples' Python (decoding glue, the augmentation's small numpy steps) then never holds
@@ -482,6 +485,7 @@ class SampleProcesses:
             raise MlxnetError(f"data worker processes started from a data worker process: the script that trains "
                               f"needs {_MAIN_GUARD}")
         self.ds, self.imgsz, self.settings = ds, imgsz, settings
+        self._prefetched: dict[tuple[int, int, int, bool], Future] = {}
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_start_worker,
                                          # the labels go over read: a COCO split's reader is a closure
@@ -489,9 +493,20 @@ class SampleProcesses:
                                                    DEFAULT_CACHE_BYTES // workers))
 
     def submit(self, index: int, seed: int, epoch: int, mosaic: bool) -> Future:
-        return self._pool.submit(_worker_sample, index, seed, epoch, mosaic)
+        """Sample ``index`` of ``epoch``, the one :meth:`prefetch` started if it did."""
+        started = self._prefetched.pop((index, seed, epoch, mosaic), None)
+        return started if started is not None else self._pool.submit(_worker_sample, index, seed, epoch, mosaic)
+
+    def prefetch(self, indices: Iterable[int], seed: int, epoch: int, mosaic: bool) -> None:
+        """Start these samples now (the first batches of the next epoch, while this one validates);
+        :meth:`submit` hands them out. Samples started earlier and never asked for are dropped."""
+        for f in self._prefetched.values():
+            f.cancel()
+        self._prefetched = {(int(i), seed, epoch, mosaic): self._pool.submit(_worker_sample, int(i), seed, epoch, mosaic)
+                            for i in indices}
 
     def close(self) -> None:
+        self._prefetched.clear()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "SampleProcesses":
@@ -520,7 +535,7 @@ def _collect(ds: DetectionSet, indices: list[int], images: np.ndarray, futures: 
 
 def batches(ds: DetectionSet, labels: Sequence[Labels], indices_per_batch: Iterable[Sequence[int]], *,
             imgsz: int, seed: int, epoch: int, mosaic: bool, workers: int | None = None,
-            settings: AugmentSettings = AugmentSettings(), ahead: int = 3,
+            settings: AugmentSettings = AugmentSettings(), ahead: int = AHEAD,
             cache: ImageCache | None = None, processes: SampleProcesses | None = None) -> Iterator[Batch]:
     """The batches of ``indices_per_batch`` (dataset indices), in order, each sample
     :func:`train_sample` with ``sample_rng(seed, epoch, index)``. Samples are made on ``workers``

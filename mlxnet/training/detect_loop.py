@@ -34,7 +34,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
-from .. import distributed, env
+from .. import distributed
 from ..device import backend, compile_enabled, current_device, differentiating
 from ..errors import MlxnetError
 from ..image import atomic_write_bytes, check_output_path
@@ -227,18 +227,15 @@ class Validator:
     def __init__(self, variant: str, nc: int, names: tuple[str, ...], dtype: mx.Dtype = mx.float32) -> None:
         from ..models.yolo import YOLO, build_variant
 
-        self.variant, self.nc, self.dtype = variant, nc, dtype
+        self.dtype = dtype
+        self.unfused = build_variant(variant, nc)  # the trained network's structure: which BatchNorms fold where
         self.yolo = YOLO(build_variant(variant, nc).fuse(), names)
 
     def load(self, arrays: dict[str, mx.array]) -> Any:
         """The :class:`mlxnet.models.yolo.YOLO` holding ``arrays``, BatchNorms folded."""
-        from ..models.yolo import build_variant
-
-        net = build_variant(self.variant, self.nc)
-        net.update(tree_unflatten(list(arrays.items())))
-        net.eval()
+        fused = self.unfused.fused_parameters(arrays)
         # In the training's compute precision, as ultralytics validates in half under AMP.
-        self.yolo.net.update(tree_map(lambda a: a.astype(self.dtype), net.fuse().parameters()))
+        self.yolo.net.update(tree_unflatten([(k, v.astype(self.dtype)) for k, v in fused.items()]))
         self.yolo.net.eval()
         return self.yolo
 
@@ -436,8 +433,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     step_compiled = compiled and world == 1
     step_fn = _step_function(net, loss_fn, compiled=step_compiled)
     if step_compiled and backend() == "cuda":
-        log("note: MLXNET_COMPILE=on: the first step compiles the training step's GPU code, minutes the first "
-            "time on this machine (MLX caches it)")
+        log(COMPILE_NOTE)
     note = plan_cache_note()
     if note:
         log(note)
@@ -447,22 +443,27 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     # epoch's saving and plotting in the next epoch's), continued from the rows of a resumed run.
     began, before = time.perf_counter(), (rows[-1].elapsed if rows else 0.0)
     writer = BackgroundWriter()  # an epoch's files go to disk while the next one trains
+
+    def epoch_plan(epoch: int) -> tuple[bool, list[np.ndarray], list[np.ndarray]]:
+        """Whether ``epoch`` is a mosaic epoch, its batches (dataset indices), and this process's share of each."""
+        order = epoch_order(n, cfg.seed, epoch)
+        groups = [order[i:i + batch] for i in range(0, n, batch)]
+        if cfg.max_steps is not None:
+            groups = groups[:max(0, cfg.max_steps - steps_done)]
+        return (epoch < cfg.epochs - cfg.close_mosaic, groups,
+                [np.array_split(g, world)[distributed.rank()] for g in groups])
+
     processes = _sample_processes(cfg, train_set, train_labels)
     try:
         while progress.epoch < cfg.epochs:
             epoch = progress.epoch
-            mosaic = epoch < cfg.epochs - cfg.close_mosaic
-            order = epoch_order(n, cfg.seed, epoch)
-            groups = [order[i:i + batch] for i in range(0, n, batch)]
-            if cfg.max_steps is not None:
-                groups = groups[:max(0, cfg.max_steps - steps_done)]
+            mosaic, groups, mine = epoch_plan(epoch)
             if not groups:
                 break
             net.train()
             start, waited, seen = time.perf_counter(), 0.0, 0
             sums = np.zeros(3)
             step_settings = None
-            mine = [np.array_split(g, world)[distributed.rank()] for g in groups]
             unread: tuple | None = None  # (parts, batch index, batch) of the step whose losses are not read yet
 
             def read_losses(parts: mx.array, i: int, b: D.Batch) -> None:
@@ -522,6 +523,10 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             steps_done += len(groups)
             seconds = time.perf_counter() - start
             partial = len(groups) < nb
+            if processes is not None and not partial and epoch + 1 < cfg.epochs:
+                # The next epoch's first batches are made while this one validates and saves.
+                next_mosaic, _, next_mine = epoch_plan(epoch + 1)
+                processes.prefetch([i for g in next_mine[:D.AHEAD] for i in g], cfg.seed, epoch + 1, next_mosaic)
             metrics = (0.0, 0.0, 0.0, 0.0)
             if val_set is not None and not partial and main:
                 metrics = _validate(validator, ema.arrays, names, val_set, cfg)
@@ -594,17 +599,21 @@ def plan_cache_note() -> str | None:
             f"{LOAD_TIME_SETTINGS['MLX_CUDA_CONV_CACHE_SIZE']}, as the mlxnet command runs")
 
 
+COMPILE_NOTE = ("note: the training step runs compiled; the first time this machine trains this model, its first step "
+                "compiles the step's GPU code (minutes; MLX caches it for later runs). MLXNET_COMPILE=off trains "
+                "without compiling, each step about twice as slow")
+
+
 def compile_training() -> bool:
     """Whether the training step (forward, loss, backward), the optimizer update and the EMA
     run compiled: fused elementwise chains, a graph replayed instead of built op by op from
     Python (half a small model's step time on a GPU). By default where models compile
-    (:func:`mlxnet.device.compile_enabled`), except on MLX's CUDA build, whose run-time
-    compiler takes seconds per fused kernel, minutes for a step's hundred on the first run on a
-    machine (MLX caches them afterwards); there it is the user's choice, ``MLXNET_COMPILE=on``,
-    as for the commands (:mod:`mlxnet.commands.quick_start`). The weights, the optimizer's and
-    the EMA's state are packed vectors, so their eager update is a dozen kernels a step."""
-    if backend() == "cuda" and env.switch("MLXNET_COMPILE") == "auto":
-        return False
+    (:func:`mlxnet.device.compile_enabled`: GPU back ends), CUDA included: there MLX's
+    run-time compiler takes minutes for a step's fused kernels the first time a machine trains
+    a given model (MLX caches them), which a training run of any length wins back, unlike an
+    image command (:mod:`mlxnet.commands.quick_start`). ``MLXNET_COMPILE=off`` trains eagerly.
+    The weights, the optimizer's and the EMA's state are packed vectors, so their eager update
+    is a dozen kernels a step."""
     return compile_enabled()
 
 
