@@ -30,7 +30,7 @@ from mlxnet.weights import (Checkpoint, count_mismatch, Description, FoldBN, Rec
 from .yolo_arch import ARCHITECTURES, COCO_KEYPOINTS, TASKS, YOLONet, best_pairs, layout_of, task_architecture
 from .yolo_blocks import BN_EPS, STRIDES, _make_divisible  # noqa: F401  (STRIDES: the trainer reads it here)
 from .yolo_instances import InstanceMasks, instance_masks, keypoints_to_image
-from .yolo_val import detections as val_detections
+from .yolo_val import detections_many as val_detections_many
 from .yolo_process import (MASK_ALPHA, Detections, Letterboxed, class_colours, coco80_names, end2end_detections,
                            letterbox, letterbox_to, postprocess_batch)
 
@@ -432,9 +432,17 @@ class YOLO:
         """One image's head output -> its detections as ``yolo val`` makes them
         (:mod:`.yolo_val`): xyxy boxes on the network input, the same on the image (clipped),
         scores and classes, highest score first (``anchors``: and each one's anchor)."""
-        boxes, scores, classes, *where = val_detections(head, conf=conf, iou=iou, max_det=max_det,
-                                                        multi_label=multi_label, anchors=anchors)
-        return (boxes, item.to_image(boxes), scores, classes, *where)
+        return self.val_detections_many([head], [item], conf=conf, iou=iou, max_det=max_det,
+                                        multi_label=multi_label, anchors=anchors)[0]
+
+    def val_detections_many(self, heads: Sequence[np.ndarray], items: Sequence[Letterboxed], *, conf: float = 0.001,
+                            iou: float = 0.7, max_det: int = 300, multi_label: bool = True, anchors: bool = False
+                            ) -> list[tuple[np.ndarray, ...]]:
+        """:meth:`val_detections` of a batch's images (their NMS launched together)."""
+        found = val_detections_many(heads, conf=conf, iou=iou, max_det=max_det, multi_label=multi_label,
+                                    anchors=anchors)
+        return [(boxes, item.to_image(boxes), scores, classes, *where)
+                for (boxes, scores, classes, *where), item in zip(found, items)]
 
     def task_head_outputs(self, items: Sequence[Letterboxed]) -> tuple[np.ndarray, dict[str, mx.array]]:
         """:meth:`head_outputs` of a segment or pose model, with its other outputs (mask

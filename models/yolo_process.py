@@ -122,8 +122,9 @@ def postprocess_batch(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, m
     mx.eval(*found)
     boxes_all, best_all, cls_all = (np.array(a) for a in found)
     wanted_classes = None if classes is None else np.asarray(classes, dtype=np.int64)
-    found = [_image_detections(boxes_all[i], best_all[i], cls_all[i], conf, iou, max_det, agnostic, max_nms,
-                               wanted_classes) for i in range(pred.shape[0] if images is None else images)]
+    count = pred.shape[0] if images is None else images
+    found = _detections(boxes_all[:count], best_all[:count], cls_all[:count], conf, iou, max_det, agnostic, max_nms,
+                        wanted_classes)
     return found if anchors else [det for det, _ in found]
 
 
@@ -145,10 +146,9 @@ def end2end_detections(rows: mx.array, *, conf: float = 0.25, classes: Sequence[
     return out
 
 
-def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, iou: float,
-                      max_det: int, agnostic: bool, max_nms: int, classes: np.ndarray | None
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """One image's anchors (boxes, best score, best class) -> its detections and their anchors."""
+def _candidates(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, max_nms: int,
+                classes: np.ndarray | None) -> np.ndarray:
+    """One image's anchors (boxes, best score, best class) -> the anchors that go to NMS."""
     wanted = best > conf
     if classes is not None:
         wanted &= np.isin(cls, classes)
@@ -157,13 +157,27 @@ def _image_detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf:
         cand = cand[np.argsort(-best[cand], kind="stable")[:max_nms]]
     # A box with a NaN or infinite coordinate (weights that overflow) is no detection: NMS's IoU
     # of it is NaN, and a NaN in --json output is not JSON.
-    cand = cand[np.isfinite(xywh[cand]).all(axis=1)]
-    if cand.size == 0:
-        return np.zeros((0, 6), np.float32), cand
-    boxes, score, label = xywh2xyxy(xywh[cand]), best[cand], cls[cand]
-    keep = np.array(ops.nms(mx.array(boxes), mx.array(score), None if agnostic else mx.array(label),
-                            iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
-    return np.concatenate([boxes[keep], score[keep, None], label[keep, None].astype(np.float32)], axis=1), cand[keep]
+    return cand[np.isfinite(xywh[cand]).all(axis=1)]
+
+
+def _detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float, iou: float, max_det: int,
+                agnostic: bool, max_nms: int, classes: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A batch's anchors (B, A, ·) -> per image its detections (K, 6) and their anchors, the
+    images' NMS run together (:func:`mlxnet.ops.nms_many`)."""
+    picked = [_candidates(xywh[i], best[i], cls[i], conf, max_nms, classes) for i in range(len(xywh))]
+    problems = [(mx.array(xywh2xyxy(xywh[i][cand])), mx.array(best[i][cand]),
+                 None if agnostic else mx.array(cls[i][cand])) for i, cand in enumerate(picked) if cand.size]
+    kept = iter(ops.nms_many(problems, iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
+    out = []
+    for i, cand in enumerate(picked):
+        if cand.size == 0:
+            out.append((np.zeros((0, 6), np.float32), cand))
+            continue
+        keep = cand[np.array(next(kept))]
+        rows = np.concatenate([xywh2xyxy(xywh[i][keep]), best[i][keep, None], cls[i][keep, None].astype(np.float32)],
+                              axis=1)
+        out.append((rows, keep))
+    return out
 
 
 def postprocess(pred: mx.array, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,

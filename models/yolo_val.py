@@ -9,6 +9,8 @@ one class per anchor, its best (``multi_label=False``), which is also what this 
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import mlx.core as mx
 import numpy as np
 
@@ -63,10 +65,25 @@ def detections(head: np.ndarray, *, conf: float = 0.001, iou: float = 0.7, max_d
                anchors: bool = False) -> tuple[np.ndarray, ...]:
     """One image's head output -> (boxes (K, 4) xyxy in the network input's pixels, scores (K,),
     classes (K,)), highest score first; ``anchors``: and the anchor each came from (K,)."""
-    boxes, scores, classes, where = candidates(np.asarray(head, np.float32), conf, multi_label, max_nms)
-    if scores.size == 0:
-        empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
-        return empty + ((np.zeros(0, np.int64),) if anchors else ())
-    keep = np.array(ops.nms(mx.array(boxes), mx.array(scores), None if agnostic else mx.array(classes),
-                            iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
-    return (boxes[keep], scores[keep], classes[keep]) + ((where[keep],) if anchors else ())
+    return detections_many([head], conf=conf, iou=iou, max_det=max_det, multi_label=multi_label, agnostic=agnostic,
+                           max_nms=max_nms, anchors=anchors)[0]
+
+
+def detections_many(heads: Sequence[np.ndarray], *, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
+                    multi_label: bool = True, agnostic: bool = False, max_nms: int = MAX_NMS,
+                    anchors: bool = False) -> list[tuple[np.ndarray, ...]]:
+    """:func:`detections` of each image's head output, their NMS run together
+    (:func:`mlxnet.ops.nms_many`: on a GPU one wait for the batch, not one per image)."""
+    found = [candidates(np.asarray(head, np.float32), conf, multi_label, max_nms) for head in heads]
+    problems = [(mx.array(boxes), mx.array(scores), None if agnostic else mx.array(classes))
+                for boxes, scores, classes, _ in found if scores.size]
+    kept = iter(ops.nms_many(problems, iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
+    out = []
+    for boxes, scores, classes, where in found:
+        if scores.size == 0:
+            empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+            out.append(empty + ((np.zeros(0, np.int64),) if anchors else ()))
+            continue
+        keep = np.array(next(kept))
+        out.append((boxes[keep], scores[keep], classes[keep]) + ((where[keep],) if anchors else ()))
+    return out

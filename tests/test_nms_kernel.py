@@ -305,3 +305,64 @@ def test_gpu_edges(gpu) -> None:
     assert _on_gpu(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), None) == ([], [])
     assert _on_gpu(boxes[:6], scores[:6], None, score_threshold=0.95) == ([], [])
     assert _on_gpu(boxes[:1], scores[:1], None) == ([0], [0])
+
+
+# --- several images at once (nms_many) ---------------------------------------------------------
+
+def _many_problems() -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Images as a batch gives them: ordinary ones, one without boxes, one whose scores all fall
+    under the threshold, one with a non-finite box, one whose first pass keeps too few."""
+    rng = np.random.default_rng(11)
+    out = []
+    for n in (40, 0, 7, 120):
+        xy = rng.uniform(0, 300, (n, 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(5, 60, (n, 2))], axis=1).astype(np.float32)
+        out.append((boxes, rng.uniform(0.05, 1, n).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)))
+    out[2] = (out[2][0], np.full(7, 0.01, np.float32), out[2][2])  # all under score_threshold 0.02
+    bad = out[0][0].copy()
+    bad[3, 2] = np.nan
+    out.append((bad, out[0][1], None))
+    centre = rng.integers(0, 3, (400, 2)) * 100 + rng.normal(0, 2, (400, 2))
+    out.append((np.concatenate([centre - 40, centre + 40], axis=1).astype(np.float32),
+                rng.uniform(size=400).astype(np.float32), None))  # ~9 kept of 400: a second pass
+    return out
+
+
+def _as_arrays(problem):
+    boxes, scores, classes = problem
+    return mx.array(boxes), mx.array(scores), None if classes is None else mx.array(classes)
+
+
+def test_nms_many_keeps_each_images_definition_indices(modelled, monkeypatch) -> None:
+    """The kernel face of nms_many (the kernels modelled): every image's indices are the
+    definition's, the first passes of all images launched before any second pass."""
+    monkeypatch.setattr(kernel, "_FIRST_ROWS", 0)
+    problems = [_as_arrays(p) for p in _many_problems()]
+    options = dict(iou_threshold=0.5, max_det=50, score_threshold=0.02)
+    got = kernel.nms_many(problems, **options)
+    want = [definition.nms(*p, **options) for p in problems]
+    assert [np.array(g).tolist() for g in got] == [np.array(w).tolist() for w in want]
+    sizes = [size for name, size in modelled if name == "nms_mask"]
+    dense = int((problems[-1][1] > 0.02).sum())
+    # First passes (prefix 4 · max_det) of the images with finite candidates: 40, 120, the dense
+    # one's 200; the dense one alone then runs nms again, whose second pass takes all of it.
+    assert sizes == [40, 120, 200, 200, dense]
+
+
+def test_nms_many_on_the_cpu_is_nms_of_each() -> None:
+    problems = [_as_arrays(p) for p in _many_problems()]
+    got = ops.nms_many(problems, iou_threshold=0.6, max_det=30)
+    assert [np.array(g).tolist() for g in got] == [np.array(ops.nms(*p, iou_threshold=0.6, max_det=30)).tolist()
+                                                   for p in problems]
+
+
+@pytest.mark.gpu
+def test_gpu_nms_many_equals_the_definition(gpu) -> None:
+    problems = [_as_arrays(p) for p in _many_problems()]
+    problems.append(_as_arrays(detector_candidates(seed=3)))
+    problems.append(_as_arrays(detector_candidates(n=3000, classes=3, seed=4)))
+    for options in (dict(iou_threshold=0.7, max_det=300), dict(iou_threshold=0.45, max_det=20, score_threshold=0.02)):
+        got = ops.nms_many(problems, **options)
+        with mlxnet.use_kernels(False):
+            want = ops.nms_many(problems, **options)
+        assert [np.array(g).tolist() for g in got] == [np.array(w).tolist() for w in want], options

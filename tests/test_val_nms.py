@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mlxnet import ops
-from mlxnet.models.yolo_val import candidates, detections, highest
+from mlxnet.models.yolo_process import MAX_NMS, MAX_WH
+from mlxnet.models.yolo_val import candidates, detections, detections_many, highest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "nms" / "nms_golden.npz"
@@ -134,3 +135,30 @@ def test_the_max_nms_cut_before_gathering_equals_cutting_every_candidate(multi_l
         cut = candidates(head, 0.001, multi_label, max_nms=k)
         for got, want in zip(cut, every):
             np.testing.assert_array_equal(got, want[top])
+
+
+def test_a_batch_of_images_gives_each_images_detections() -> None:
+    """detections_many (one NMS launch round for the batch) = detections image by image, images
+    without a candidate included, with and without anchors and multi-label."""
+    rng = np.random.default_rng(4)
+    heads = []
+    for count in (300, 0, 50, 300):
+        head = np.concatenate([rng.uniform(20, 300, (300, 2)), rng.uniform(4, 80, (300, 2)),
+                               rng.beta(0.3, 8, (300, 5))], axis=1).astype(np.float32)
+        head[count:, 4:] = 0  # anchors past `count` pass no threshold
+        heads.append(head)
+    for multi_label in (True, False):
+        for anchors in (True, False):
+            options = dict(conf=0.01, iou=0.6, max_det=100, multi_label=multi_label, anchors=anchors)
+            together = detections_many(heads, **options)
+            assert len(together) == len(heads) and len(together[1][0]) == 0
+            for head, got in zip(heads, together):
+                # image by image: its candidates, then the nms op on them
+                boxes, scores, classes, where = candidates(head, 0.01, multi_label, MAX_NMS)
+                keep = (np.array(ops.nms(mx.array(boxes), mx.array(scores), mx.array(classes), iou_threshold=0.6,
+                                         max_det=100, max_wh=MAX_WH)) if scores.size else np.zeros(0, np.int64))
+                want = (boxes[keep], scores[keep], classes[keep]) + ((where[keep],) if anchors else ())
+                assert len(got) == 3 + anchors
+                for a, b in zip(got, want):
+                    np.testing.assert_array_equal(a, b)
+                assert [len(x) for x in detections(head, **options)] == [len(x) for x in got]

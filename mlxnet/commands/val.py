@@ -275,9 +275,9 @@ def detect(
             else:
                 head, extras = yolo.task_head_outputs(boxed_items)
         with speed.timed("nms"):
-            found = [yolo.val_detections(head[i], boxed, conf=conf, iou=iou, max_det=max_det,
-                                         multi_label=not single_label, anchors=extras is not None)
-                     for i, boxed in enumerate(boxed_items)]
+            found = yolo.val_detections_many(head[:len(boxed_items)], boxed_items, conf=conf, iou=iou,
+                                             max_det=max_det, multi_label=not single_label,
+                                             anchors=extras is not None)
             if extras is None:
                 return found
             return [(*det[:4], yolo.val_instances(extras, i, det[4], det[1], boxed))

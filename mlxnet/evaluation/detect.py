@@ -48,8 +48,8 @@ def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int
             current, ahead = ahead, submit(k + 1)  # one batch read ahead: memory stays two batches
             items, truth = zip(*(f.result() for f in current))
             head = yolo.head_outputs(items)
-            for j, (item, (boxes, ids)) in enumerate(zip(items, truth)):
-                input_boxes, _, scores, classes = yolo.val_detections(head[j], item, conf=conf, iou=iou, max_det=max_det)
+            found = yolo.val_detections_many(head[:len(items)], items, conf=conf, iou=iou, max_det=max_det)
+            for item, (boxes, ids), (input_boxes, _, scores, classes) in zip(items, truth, found):
                 stats.add(match(input_boxes, scores, classes, item.to_input(boxes), ids, metric), scores, classes, ids)
             if progress is not None:
                 progress(len(items))

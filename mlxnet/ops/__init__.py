@@ -16,7 +16,7 @@ from .norm import batch_norm_train, layer_norm
 from .conv import conv2d, depthwise_conv2d, pointwise_conv_of_concat
 from .activations import bias_act, gelu, sigmoid, silu, softmax
 from .attention import scaled_dot_product_attention
-from .nms import nms
+from .nms import nms, nms_many
 from .dfl_decode import dfl_decode
 from . import fft  # noqa: E402  (NHWC rfft2 / irfft2)
 from . import pooling  # noqa: E402  (registers the pooling ops)
@@ -25,6 +25,6 @@ from .conv_transpose import conv_transpose1d, conv_transpose2d
 from .pad import bias_act_pad2d, pad2d
 from .window import window_merge, window_partition
 
-__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "batch_norm_train", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
+__all__ = ["REGISTRY", "Op", "get", "register", "layer_norm", "batch_norm_train", "conv2d", "depthwise_conv2d", "pointwise_conv_of_concat", "nms", "nms_many", "dfl_decode", "bias_act", "gelu", "sigmoid", "silu", "scaled_dot_product_attention", "softmax",
            "conv_transpose1d", "conv_transpose2d", "bias_act_pad2d", "pad2d", "window_partition", "window_merge"]
 __all__ += pooling.__all__

@@ -32,4 +32,17 @@ def _edge_examples() -> list[tuple[tuple, dict]]:
 nms = register("nms", kernel=kernel.nms, sources=(kernel.NMS_MASK, kernel.NMS_SCAN), example=_example,
                edge_examples=_edge_examples)(definition.nms)
 
-__all__ = ["nms"]
+
+
+def nms_many(problems: list[tuple[mx.array, mx.array, mx.array | None]], *, iou_threshold: float = 0.7,
+             score_threshold: float | None = None, max_det: int = 300, max_wh: float = 7680.0) -> list[mx.array]:
+    """:func:`nms` of several independent problems (each image's boxes, scores, classes), the
+    same kept indices each; where the kernel face runs, all of them are launched before any
+    answer is read back (one wait for the batch, not one per image)."""
+    options = dict(iou_threshold=iou_threshold, score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+    if nms.op.uses_kernel():
+        return kernel.nms_many(list(problems), **options)
+    return [nms(*problem, **options) for problem in problems]
+
+
+__all__ = ["nms", "nms_many"]

@@ -42,6 +42,11 @@ def kept_rows(boxes: np.ndarray, limit: np.float32, max_det: int) -> np.ndarray:
     """Positions (into the sorted ``boxes``) of the first ``max_det`` rows greedy NMS keeps, run on
     the device: ``boxes`` (n, 4) float32 in descending score order. One array goes up (the boxes,
     then the limit: every host array is a transfer of its own) and one comes back (the kept bits)."""
+    return kept_from_bits(launch(boxes, limit, max_det), boxes.shape[0], max_det)
+
+
+def launch(boxes: np.ndarray, limit: np.float32, max_det: int) -> mx.array:
+    """The kernels of :func:`kept_rows`, not waited for: the kept bits, one word per 32 rows."""
     n = boxes.shape[0]
     words = (n + 31) // 32
     params = int_params((n, words, max_det))
@@ -51,8 +56,43 @@ def kept_rows(boxes: np.ndarray, limit: np.float32, max_det: int) -> np.ndarray:
                        output_shapes=[(n * words,)], output_dtypes=[mx.uint32])
     (keep,) = NMS_SCAN([mask, params], template=[], grid=(_SCAN_GROUP if n else 0, 1, 1),
                        threadgroup=(_SCAN_GROUP, 1, 1), output_shapes=[(words,)], output_dtypes=[mx.uint32])
+    return keep
+
+
+def kept_from_bits(keep: mx.array, n: int, max_det: int) -> np.ndarray:
     bits = np.unpackbits(np.array(keep).astype("<u4").view(np.uint8), bitorder="little")
     return np.flatnonzero(bits[:n])[:max_det]
+
+
+def nms_many(problems: list[tuple[mx.array, mx.array, mx.array | None]], *, iou_threshold: float = 0.7,
+             score_threshold: float | None = None, max_det: int = 300, max_wh: float = 7680.0) -> list[mx.array]:
+    """:func:`nms` of each (boxes, scores, classes) problem, every first pass launched before any
+    is read back: one wait for a batch of images instead of one each. A problem that the first
+    pass does not settle (fewer than ``max_det`` kept of more candidates) runs :func:`nms` again."""
+    options = dict(iou_threshold=iou_threshold, score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+    results: list[mx.array | None] = [None] * len(problems)
+    launched = []
+    for k, (boxes, scores, classes) in enumerate(problems):
+        definition._check(boxes, scores, classes, iou_threshold, max_det)
+        b, order, _, _ = definition.prepared(boxes, scores, classes, score_threshold, max_wh)
+        sorted_boxes = b[order]
+        if order.size == 0:  # nothing above the score threshold: nothing to launch
+            results[k] = mx.array(np.zeros(0, np.int32))
+            continue
+        if not (np.abs(sorted_boxes) <= _MAX_COORD).all():  # as nms: the definition, where the kernels cannot serve
+            results[k] = definition.nms(boxes, scores, classes, **options)
+            continue
+        size = min(order.size, max(definition._FIRST_PREFIX * max_det, _FIRST_ROWS), _MAX_ROWS)
+        keep = launch(sorted_boxes[:size], definition._float32_limit(iou_threshold), max_det)
+        launched.append((k, order, size, keep))
+    mx.eval([keep for *_, keep in launched])
+    for k, order, size, keep in launched:
+        kept = kept_from_bits(keep, size, max_det)
+        if kept.size >= max_det or size >= order.size:
+            results[k] = mx.array(order[kept].astype(np.int32))
+        else:
+            results[k] = nms(*problems[k], **options)
+    return results
 
 
 def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
