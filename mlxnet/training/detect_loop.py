@@ -431,7 +431,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
 
     # Data-parallel steps stay eager: a compiled step around the processes' sums is untested.
     step_compiled = compiled and world == 1
-    step_fn = _step_function(net, loss_fn, compiled=step_compiled)
+    step_fn = _step_function(net, loss_fn, compiled=step_compiled, pack=layout.pack)
+    in_net: mx.array | None = None  # the weights vector whose values the network holds now
     if step_compiled and backend() == "cuda":
         log(COMPILE_NOTE)
     note = plan_cache_note()
@@ -494,14 +495,15 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                                   epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
                                                   warmup_momentum=cfg.warmup_momentum,
                                                   warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
-                    computed = weights if dtype == mx.float32 else weights.astype(dtype)
-                    net.update(tree_unflatten(list(layout.unpack(computed, keep_dtype=False).items())))
+                    if weights is not in_net:  # the network holds the weights in the compute precision
+                        computed = weights if dtype == mx.float32 else weights.astype(dtype)
+                        net.update(tree_unflatten(list(layout.unpack(computed, keep_dtype=False).items())))
+                        in_net = weights
                     targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                     images = mx.array(b.images).astype(dtype) / 255
-                    parts, grads = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
+                    parts, packed = step_fn(images, targets.boxes, targets.classes, len(groups[i]))
                     if world > 1:  # each process's gradient is its share's: their sum is the batch's
-                        grads, parts = distributed.sum_over_ranks(grads), distributed.all_sum(parts)
-                    packed = layout.pack(dict(tree_flatten(grads)))
+                        packed, parts = distributed.all_sum(packed), distributed.all_sum(parts)
                     pending = packed if pending is None else pending + packed
                     # Each step evaluated on its own (not a growing graph), without waiting for
                     # it: the device runs this step while the next one's graph is built, and
@@ -515,6 +517,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                         opt.momentum.update(step_settings.momentum)
                         weights = opt.step(weights, O.clip_flat(pending))
                         net.update(tree_unflatten(list(layout.unpack(weights).items())))
+                        in_net = None  # the float32 weights, for the EMA: the next step casts them again
                         ema.update(dict(tree_flatten(net.parameters())))
                         mx.async_eval(weights, opt.flat_state, ema.flat)
                         pending, progress.last_opt_step = None, ni
@@ -617,16 +620,19 @@ def compile_training() -> bool:
     return compile_enabled()
 
 
-def _step_function(net: nn.Module, loss_fn: Callable, compiled: bool = False) -> Callable:
+def _step_function(net: nn.Module, loss_fn: Callable, compiled: bool = False,
+                   pack: Callable[[dict[str, mx.array]], mx.array] | None = None) -> Callable:
     """(images, target boxes, target classes, images in the whole batch) -> (loss parts,
     gradients), the BatchNorm statistics updated in ``net``. Compiled, it is traced once per
-    input shape (targets are padded to a few bucketed sizes for that reason)."""
+    input shape (targets are padded to a few bucketed sizes for that reason). ``pack``: the
+    gradients come as one vector (:meth:`FlatLayout.pack` of their flat dict), packed inside the
+    step, so that a compiled step's graph holds the packing too."""
     grad_fn = nn.value_and_grad(net, loss_fn)
 
-    def step(images: mx.array, boxes: mx.array, classes: mx.array, whole: int) -> tuple[mx.array, dict]:
+    def step(images: mx.array, boxes: mx.array, classes: mx.array, whole: int) -> tuple[mx.array, Any]:
         with differentiating():
             (_, parts), grads = grad_fn(net, images, Targets(boxes, classes), whole)
-        return parts, grads
+        return parts, (grads if pack is None else pack(dict(tree_flatten(grads))))
     if not compiled:
         return step
     state = [net.state]  # the parameters read and the running statistics written
