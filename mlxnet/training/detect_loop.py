@@ -517,7 +517,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                         opt.momentum.update(step_settings.momentum)
                         weights = opt.step(weights, O.clip_flat(pending))
                         net.update(tree_unflatten(list(layout.unpack(weights).items())))
-                        in_net = None  # the float32 weights, for the EMA: the next step casts them again
+                        # The float32 weights, for the EMA: a half-precision step casts them again
+                        in_net = weights if dtype == mx.float32 else None
                         ema.update(dict(tree_flatten(net.parameters())))
                         mx.async_eval(weights, opt.flat_state, ema.flat)
                         pending, progress.last_opt_step = None, ni
