@@ -165,18 +165,20 @@ def _detections(xywh: np.ndarray, best: np.ndarray, cls: np.ndarray, conf: float
     """A batch's anchors (B, A, ·) -> per image its detections (K, 6) and their anchors, the
     images' NMS run together (:func:`mlxnet.ops.nms_many`)."""
     picked = [_candidates(xywh[i], best[i], cls[i], conf, max_nms, classes) for i in range(len(xywh))]
-    problems = [(mx.array(xywh2xyxy(xywh[i][cand])), mx.array(best[i][cand]),
-                 None if agnostic else mx.array(cls[i][cand])) for i, cand in enumerate(picked) if cand.size]
-    kept = iter(ops.nms_many(problems, iou_threshold=iou, max_det=max_det, max_wh=MAX_WH))
+    boxes = [xywh2xyxy(xywh[i][cand]) for i, cand in enumerate(picked)]
+    scores = [best[i][cand] for i, cand in enumerate(picked)]
+    labels = [cls[i][cand] for i, cand in enumerate(picked)]
+    busy = [i for i, cand in enumerate(picked) if cand.size]
+    kept = dict(zip(busy, ops.nms_many([(mx.array(boxes[i]), mx.array(scores[i]), None if agnostic else mx.array(labels[i]))
+                                        for i in busy], iou_threshold=iou, max_det=max_det, max_wh=MAX_WH)))
     out = []
     for i, cand in enumerate(picked):
-        if cand.size == 0:
+        if i not in kept:
             out.append((np.zeros((0, 6), np.float32), cand))
             continue
-        keep = cand[np.array(next(kept))]
-        rows = np.concatenate([xywh2xyxy(xywh[i][keep]), best[i][keep, None], cls[i][keep, None].astype(np.float32)],
-                              axis=1)
-        out.append((rows, keep))
+        keep = np.array(kept[i])
+        rows = np.concatenate([boxes[i][keep], scores[i][keep, None], labels[i][keep, None].astype(np.float32)], axis=1)
+        out.append((rows, cand[keep]))
     return out
 
 

@@ -344,9 +344,10 @@ def test_nms_many_keeps_each_images_definition_indices(modelled, monkeypatch) ->
     assert [np.array(g).tolist() for g in got] == [np.array(w).tolist() for w in want]
     sizes = [size for name, size in modelled if name == "nms_mask"]
     dense = int((problems[-1][1] > 0.02).sum())
-    # First passes (prefix 4 · max_det) of the images with finite candidates: 40, 120, the dense
-    # one's 200; the dense one alone then runs nms again, whose second pass takes all of it.
-    assert sizes == [40, 120, 200, 200, dense]
+    # First passes (prefix 4 · max_det) of the images with candidates: 40, 120, the dense one's
+    # 200 (the empty and all-filtered images ask for empty grids: no launch); then the dense one alone goes on to
+    # a second pass, which takes all of it.
+    assert sizes == [40, 0, 0, 120, 200, dense]
 
 
 def test_nms_many_on_the_cpu_is_nms_of_each() -> None:

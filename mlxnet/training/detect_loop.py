@@ -32,7 +32,7 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx.utils import tree_flatten, tree_unflatten
 
 from .. import distributed
 from ..device import backend, compile_enabled, current_device, differentiating

@@ -67,50 +67,63 @@ def kept_from_bits(keep: mx.array, n: int, max_det: int) -> np.ndarray:
 def nms_many(problems: list[tuple[mx.array, mx.array, mx.array | None]], *, iou_threshold: float = 0.7,
              score_threshold: float | None = None, max_det: int = 300, max_wh: float = 7680.0) -> list[mx.array]:
     """:func:`nms` of each (boxes, scores, classes) problem, every first pass launched before any
-    is read back: one wait for a batch of images instead of one each. A problem that the first
-    pass does not settle (fewer than ``max_det`` kept of more candidates) runs :func:`nms` again."""
+    is read back: one wait for a batch of images instead of one each. A problem that its first
+    pass does not settle goes on to longer prefixes on its own, as :func:`nms` does."""
     options = dict(iou_threshold=iou_threshold, score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+    limit = definition._float32_limit(iou_threshold)
     results: list[mx.array | None] = [None] * len(problems)
-    launched = []
-    for k, (boxes, scores, classes) in enumerate(problems):
-        definition._check(boxes, scores, classes, iou_threshold, max_det)
-        b, order, _, _ = definition.prepared(boxes, scores, classes, score_threshold, max_wh)
-        sorted_boxes = b[order]
-        if order.size == 0:  # nothing above the score threshold: nothing to launch
-            results[k] = mx.array(np.zeros(0, np.int32))
+    first_passes = []
+    for k, problem in enumerate(problems):
+        order, sorted_boxes = _sorted_rows(*problem, **options)
+        if sorted_boxes is None:
+            results[k] = definition.nms(*problem, **options)
             continue
-        if not (np.abs(sorted_boxes) <= _MAX_COORD).all():  # as nms: the definition, where the kernels cannot serve
-            results[k] = definition.nms(boxes, scores, classes, **options)
-            continue
-        size = min(order.size, max(definition._FIRST_PREFIX * max_det, _FIRST_ROWS), _MAX_ROWS)
-        keep = launch(sorted_boxes[:size], definition._float32_limit(iou_threshold), max_det)
-        launched.append((k, order, size, keep))
-    mx.eval([keep for *_, keep in launched])
-    for k, order, size, keep in launched:
-        kept = kept_from_bits(keep, size, max_det)
-        if kept.size >= max_det or size >= order.size:
-            results[k] = mx.array(order[kept].astype(np.int32))
-        else:
-            results[k] = nms(*problems[k], **options)
+        size = _first_size(order.size, max_det)
+        first_passes.append((k, order, sorted_boxes, size, launch(sorted_boxes[:size], limit, max_det)))
+    mx.eval([keep for *_, keep in first_passes])
+    for k, order, sorted_boxes, size, keep in first_passes:
+        kept = _settled(order, sorted_boxes, limit, max_det, size, kept_from_bits(keep, size, max_det))
+        results[k] = definition.nms(*problems[k], **options) if kept is None else mx.array(kept.astype(np.int32))
     return results
 
 
 def nms(boxes: mx.array, scores: mx.array, classes: mx.array | None = None, *,
         iou_threshold: float = 0.7, score_threshold: float | None = None, max_det: int = 300,
         max_wh: float = 7680.0) -> mx.array:
+    options = dict(iou_threshold=iou_threshold, score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+    order, sorted_boxes = _sorted_rows(boxes, scores, classes, **options)
+    if sorted_boxes is None:
+        return definition.nms(boxes, scores, classes, **options)
+    limit = definition._float32_limit(iou_threshold)
+    size = _first_size(order.size, max_det)
+    kept = _settled(order, sorted_boxes, limit, max_det, size, kept_rows(sorted_boxes[:size], limit, max_det))
+    return definition.nms(boxes, scores, classes, **options) if kept is None else mx.array(kept.astype(np.int32))
+
+
+def _sorted_rows(boxes: mx.array, scores: mx.array, classes: mx.array | None, *, iou_threshold: float,
+                 score_threshold: float | None, max_det: int, max_wh: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """The candidates' score order and their boxes in it, class offsets added (the definition's
+    host part); no boxes where the kernels cannot give the definition's answer."""
     definition._check(boxes, scores, classes, iou_threshold, max_det)
     b, order, _, _ = definition.prepared(boxes, scores, classes, score_threshold, max_wh)
     sorted_boxes = b[order]
     if not (np.abs(sorted_boxes) <= _MAX_COORD).all():  # NaN compares false: not finite too
-        return definition.nms(boxes, scores, classes, iou_threshold=iou_threshold,
-                              score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
-    limit = definition._float32_limit(iou_threshold)
-    size = min(order.size, max(definition._FIRST_PREFIX * max_det, _FIRST_ROWS), _MAX_ROWS)
-    while True:
-        kept = kept_rows(sorted_boxes[:size], limit, max_det)
-        if kept.size >= max_det or size >= order.size:
-            return mx.array(order[kept].astype(np.int32))
+        return order, None
+    return order, sorted_boxes
+
+
+def _first_size(candidates: int, max_det: int) -> int:
+    return min(candidates, max(definition._FIRST_PREFIX * max_det, _FIRST_ROWS), _MAX_ROWS)
+
+
+def _settled(order: np.ndarray, sorted_boxes: np.ndarray, limit: np.float32, max_det: int, size: int,
+             kept: np.ndarray) -> np.ndarray | None:
+    """The kept indices, given the ``kept`` rows of a pass over the first ``size``: settled once
+    ``max_det`` are kept or every candidate was in the pass, else passes over four times more
+    rows follow. None where more rows are needed than the scan holds (the definition runs)."""
+    while kept.size < max_det and size < order.size:
         if size >= _MAX_ROWS:
-            return definition.nms(boxes, scores, classes, iou_threshold=iou_threshold,
-                                  score_threshold=score_threshold, max_det=max_det, max_wh=max_wh)
+            return None
         size = min(order.size, size * 4, _MAX_ROWS)
+        kept = kept_rows(sorted_boxes[:size], limit, max_det)
+    return order[kept]
