@@ -19,9 +19,10 @@ def test_groups_follow_ultralytics_naming():
     assert [O.group_of(k) for k in KEYS] == ["weight", "bn", "bias", "weight", "bias"]
 
 
+@pytest.mark.parametrize("clip_inside", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
-def test_steps_equal_pytorch_with_changing_group_settings(name, compiled):
+def test_steps_equal_pytorch_with_changing_group_settings(name, compiled, clip_inside):
     rng = np.random.default_rng(0)
     params = {k: rng.normal(size=s).astype(np.float32) for k, s in KEYS.items()}
     ours = {k: mx.array(v) for k, v in params.items()}
@@ -51,7 +52,10 @@ def test_steps_equal_pytorch_with_changing_group_settings(name, compiled):
         torch.nn.utils.clip_grad_norm_(list(theirs.values()), max_norm=10.0)
         ref.step()
         packed = opt.layout.pack({k: mx.array(v) for k, v in grads.items()})
-        ours = opt.layout.unpack(opt.step(opt.layout.pack(ours), O.clip_flat(packed)))
+        if clip_inside:  # as the trainer calls it: the clipping inside the update
+            ours = opt.layout.unpack(opt.step(opt.layout.pack(ours), packed, max_norm=10.0))
+        else:
+            ours = opt.layout.unpack(opt.step(opt.layout.pack(ours), O.clip_flat(packed)))
         for k in KEYS:
             np.testing.assert_allclose(np.array(ours[k]), theirs[k].detach().numpy(), rtol=2e-5, atol=5e-6,
                                        err_msg=f"{name} step {step} {k}")
@@ -86,3 +90,19 @@ def test_ema_ramp(compiled):
     ema.update({"w": mx.ones(3)})
     d = 0.9999 * (1 - math.exp(-1 / 2000))
     np.testing.assert_allclose(np.array(ema.arrays["w"]), 1 - d, rtol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_ema_led_by_the_optimizers_layout_takes_its_packed_weights(compiled):
+    rng = np.random.default_rng(1)
+    arrays = {"stat": mx.array(rng.normal(size=4).astype(np.float32)), **{k: mx.array(rng.normal(size=s).astype(np.float32))
+                                                                        for k, s in KEYS.items()}}
+    opt = O.GroupedOptimizer("sgd", {k: arrays[k] for k in KEYS}, lr=0.01, momentum=0.9, weight_decay=5e-4)
+    plain, led = O.EMA(arrays, compiled=compiled), O.EMA(arrays, compiled=compiled, lead=opt.layout)
+    assert led.layout.keys[:len(KEYS)] == opt.layout.keys and led.layout.keys[-1] == "stat"
+    for _ in range(3):
+        new = {k: v + 1 for k, v in arrays.items()}
+        plain.update(new)
+        led.update({"stat": new["stat"]}, packed=opt.layout.pack({k: new[k] for k in KEYS}))
+    for k in arrays:
+        np.testing.assert_array_equal(np.array(led.arrays[k]), np.array(plain.arrays[k]), err_msg=k)

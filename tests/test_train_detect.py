@@ -421,6 +421,43 @@ def test_a_resumed_auto_run_keeps_the_precision_it_began_with(data, tmp_path):
     assert "precision was 'bfloat16', now 'float32'" in refused.output
 
 
+def test_a_bfloat16_run_saves_the_float32_weights_and_resumes_to_the_unbroken_result(data, tmp_path):
+    """The state keeps the optimizer's float32 weights, not the network's bfloat16 copy, so that
+    a bfloat16 run stopped after epoch 2 (between two updates: one every 3 steps of 4 an epoch)
+    resumes to where the unbroken run ends, bit for bit."""
+    from mlxnet.training.detect_loop import DetectTrainConfig, train_detector
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_epoch_3(line: str) -> None:  # logged after epoch 3 trained, before its state is written
+        if line.startswith("epoch 3/"):
+            raise Stop
+
+    def config(out: Path, **changes) -> DetectTrainConfig:
+        return DetectTrainConfig(data=str(data), weights="none", model="yolov8n", imgsz=64, batch=2, epochs=4,
+                                 close_mosaic=1, workers=2, optimizer="sgd", lr=0.02, nbs=6, precision="bfloat16", seed=2,
+                                 val=False, output=str(out), **{"log": lambda line: None, **changes})
+
+    train_detector(config(tmp_path / "whole"))
+    with pytest.raises(Stop):
+        train_detector(config(tmp_path / "cut", log=stop_at_epoch_3))
+    state = mx.load(str(tmp_path / "cut" / "state.safetensors"))
+    trained = {k: v for k, v in state.items() if k.startswith("model.") and "running_" not in k}
+    assert trained and all(v.dtype == mx.float32 for v in trained.values())
+    assert any((np.array(v) != np.array(v.astype(mx.bfloat16).astype(mx.float32))).any() for v in trained.values())
+    assert any(k.startswith("pending.") for k in state), "epoch 2 should end between two updates"
+    train_detector(config(tmp_path / "cut", resume=True))
+    whole = mx.load(str(tmp_path / "whole" / "weights" / "last.safetensors"))
+    again = mx.load(str(tmp_path / "cut" / "weights" / "last.safetensors"))
+    first = mx.load(str(tmp_path / "whole" / "state.safetensors"))
+    moved = [k for k in trained if not np.array_equal(np.array(first[k]), np.array(trained[k]))]
+    assert moved, "the weights should change between epochs 2 and 4"
+    for key in whole:
+        np.testing.assert_array_equal(np.array(again[key].astype(mx.float32)), np.array(whole[key].astype(mx.float32)),
+                                      err_msg=key)
+
+
 def test_an_epoch_keeps_no_arrays_of_the_epoch_before(data, tmp_path, monkeypatch):
     """What one epoch saved (weights, EMA, optimizer moments, each a view pinning a whole packed
     vector) is let go once written: the arrays alive when validation starts are as many after the

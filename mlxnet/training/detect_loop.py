@@ -51,10 +51,10 @@ from .writer import BackgroundWriter
 PRECISIONS = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 AUTO_PRECISION = "auto"
 # `mlxnet train detect`'s kernels per MLX command buffer on CUDA (mlxnet.tune_gpu): MLX's 100
-# keeps every buffer a hundred kernels read alive until they all ran; 10 took a third off the
-# run's peak at the same epoch time, where 4 took a little more for 5-10% more time
-# (docs/train-detect.md, "Memory on the GPU").
-OPS_PER_BUFFER = 10
+# keeps every buffer a hundred kernels read alive until they all ran. With the compiled step, one
+# kernel per buffer measured the same epoch time as 10, at a peak below ultralytics' where 10 came
+# within 1% of it (docs/train-detect.md, "Kernels per command buffer").
+OPS_PER_BUFFER = 1
 
 
 def resolve_precision(name: str) -> str:
@@ -409,13 +409,13 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     # (opt.layout): a few kernels per step instead of hundreds.
     layout = opt.layout
     weights = layout.pack(master)
-    ema = O.EMA(dict(tree_flatten(net.parameters())), compiled=compiled)
+    ema = O.EMA(dict(tree_flatten(net.parameters())), compiled=compiled, lead=layout)
     pending: mx.array | None = None
     progress = _Progress()
     rows: list[EpochRow] = []
     if state is not None:
         opt.load_state(state[2])
-        ema = O.EMA(state[1], updates=state[4], compiled=compiled)
+        ema = O.EMA(state[1], updates=state[4], compiled=compiled, lead=layout)
         pending = None if state[3] is None else layout.pack(state[3])
         progress = state[5]
         rows = _read_results(out)[:progress.epoch]
@@ -433,6 +433,12 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
     step_compiled = compiled and world == 1
     step_fn = _step_function(net, loss_fn, compiled=step_compiled, pack=layout.pack)
     in_net: mx.array | None = None  # the weights vector whose values the network holds now
+
+    def hold(flat: mx.array) -> mx.array:
+        """The network computes with ``flat``'s values in the compute precision (views of the returned vector)."""
+        computed = flat if dtype == mx.float32 else flat.astype(dtype)
+        net.update(tree_unflatten(list(layout.unpack(computed, keep_dtype=False).items())))
+        return computed
     if step_compiled and backend() == "cuda":
         log(COMPILE_NOTE)
     note = plan_cache_note()
@@ -466,6 +472,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
             sums = np.zeros(3)
             step_settings = None
             unread: tuple | None = None  # (parts, batch index, batch) of the step whose losses are not read yet
+            updated: tuple = ()  # an optimizer update's arrays, not yet sent to the device
 
             def read_losses(parts: mx.array, i: int, b: D.Batch) -> None:
                 """Waits for step i's losses, stops on a non-finite one, adds them to the epoch's."""
@@ -495,9 +502,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                                                   epochs=cfg.epochs, lrf=cfg.lrf, momentum=choice.momentum,
                                                   warmup_momentum=cfg.warmup_momentum,
                                                   warmup_bias_lr=choice.warmup_bias_lr, sgd=choice.name == "sgd")
-                    if weights is not in_net:  # the network holds the weights in the compute precision
-                        computed = weights if dtype == mx.float32 else weights.astype(dtype)
-                        net.update(tree_unflatten(list(layout.unpack(computed, keep_dtype=False).items())))
+                    if weights is not in_net:  # a run's first step
+                        hold(weights)
                         in_net = weights
                     targets = Targets.from_lists(b.boxes, b.classes, bucket=True)
                     images = mx.array(b.images).astype(dtype) / 255
@@ -505,25 +511,32 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                     if world > 1:  # each process's gradient is its share's: their sum is the batch's
                         packed, parts = distributed.all_sum(packed), distributed.all_sum(parts)
                     pending = packed if pending is None else pending + packed
-                    # Each step evaluated on its own (not a growing graph), without waiting for
-                    # it: the device runs this step while the next one's graph is built, and
-                    # its losses are read (and checked) once that one is under way.
-                    mx.async_eval(parts, pending, running_statistics(net))
+                    # Each step evaluated on its own (not a growing graph): its graph is built
+                    # while the device runs the previous step, whose end is awaited before this
+                    # one is sent. MLX frees a buffer only once the device has run every
+                    # kernel that reads it, so two steps in flight would hold both steps'
+                    # activations: the peak would be nearly two steps', not one. A pending
+                    # optimizer update goes with this step, for the same reason.
+                    mx.synchronize()
+                    mx.async_eval(parts, pending, running_statistics(net), *updated)
+                    updated = ()
                     if unread is not None:
                         read_losses(*unread)
                     unread = (parts, i, b)
                     if ni - progress.last_opt_step >= step_settings.accumulate:
                         opt.lr.update(step_settings.lr)
                         opt.momentum.update(step_settings.momentum)
-                        weights = opt.step(weights, O.clip_flat(pending))
-                        net.update(tree_unflatten(list(layout.unpack(weights).items())))
-                        # The float32 weights, for the EMA: a half-precision step casts them again
-                        in_net = weights if dtype == mx.float32 else None
-                        ema.update(dict(tree_flatten(net.parameters())))
-                        mx.async_eval(weights, opt.flat_state, ema.flat)
+                        weights = opt.step(weights, pending, max_norm=O.MAX_GRAD_NORM)
+                        ema.update(dict(tree_flatten(net.parameters())), packed=weights)
+                        # The network's copy in the compute precision, evaluated with the update:
+                        # a cast left for the next step to evaluate would keep the update's
+                        # inputs (the previous weights and moments) alive with it.
+                        in_net = weights
+                        updated = (weights, opt.flat_state, ema.flat, hold(weights))
                         pending, progress.last_opt_step = None, ni
                 if unread is not None:
                     read_losses(*unread)
+                mx.eval(*updated)
             steps_done += len(groups)
             seconds = time.perf_counter() - start
             partial = len(groups) < nb
@@ -544,7 +557,8 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                 break
             progress.epoch += 1
             rows.append(row)
-            model_arrays = dict(tree_flatten(net.parameters()))
+            # The trained weights as the optimizer holds them (float32), whatever the network computes in
+            model_arrays = {**dict(tree_flatten(net.parameters())), **layout.unpack(weights)}
             best = fitness(row) > progress.best_fitness
             if best:
                 progress.best_fitness = fitness(row)

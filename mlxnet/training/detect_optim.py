@@ -103,8 +103,11 @@ class GroupedOptimizer:
         self.name = name
         # Ordered by group, so that each group is one contiguous segment of the vector
         self.layout = FlatLayout({k: params[k] for g in GROUPS for k in params if group_of(k) == g})
-        ends = np.cumsum([sum(self.layout.sizes[k] for k in self.layout.keys if group_of(k) == g) for g in GROUPS])
-        self.segments = list(zip([0, *ends[:-1].tolist()], ends.tolist()))
+        sizes = [sum(self.layout.sizes[k] for k in self.layout.keys if group_of(k) == g) for g in GROUPS]
+        # Each element's group (an index into the settings), so that one elementwise pass updates
+        # the whole vector: slicing it into groups and joining them again would hold two more
+        # copies of the weights and each moment while the step runs.
+        self._group = mx.array(np.repeat(np.arange(len(GROUPS), dtype=np.uint8), sizes))
         self.lr = dict.fromkeys(GROUPS, lr)
         self.momentum = dict.fromkeys(GROUPS, momentum)
         self.decay = {"weight": weight_decay, "bn": 0.0, "bias": 0.0}
@@ -129,23 +132,29 @@ class GroupedOptimizer:
             self.flat_state[name] = (state["step"] if name == "step" else
                                      self.layout.pack({k: state[f"{name}.{k}"] for k in self.layout.keys}))
 
-    def step(self, params: mx.array, grads: mx.array) -> mx.array:
+    def step(self, params: mx.array, grads: mx.array, *, max_norm: float | None = None) -> mx.array:
         """The packed parameters (``self.layout``) after one step with the packed gradients (lazy;
-        evaluate them with :attr:`flat_state`)."""
+        evaluate them with :attr:`flat_state`); ``max_norm``: the gradients clipped first
+        (:func:`clip_flat`), within the same (compiled) update."""
         hyper = mx.array([[self.lr[g], self.momentum[g], self.decay[g]] for g in GROUPS], mx.float32)
-        out, self.flat_state = self._update(params, grads, self.flat_state, hyper)
+        clip = mx.array(math.inf if max_norm is None else max_norm, mx.float32)
+        out, self.flat_state = self._update(params, grads, self.flat_state, hyper, self._group, clip)
         return out
 
-    def _pure_update(self, p: mx.array, g: mx.array, state: dict, hyper: mx.array) -> tuple[mx.array, dict]:
+    def _pure_update(self, p: mx.array, g: mx.array, state: dict, hyper: mx.array, group: mx.array,
+                     max_norm: mx.array) -> tuple[mx.array, dict]:
         step = state["step"] + 1
         buffers = [k for k in state if k != "step"]
-        parts: list[tuple[mx.array, ...]] = []
-        for i, (a, b) in enumerate(self.segments):  # each group with its scalar settings
-            lr, mom, wd = hyper[i, 0], hyper[i, 1], hyper[i, 2]
-            parts.append(self._rule(p[a:b], g[a:b], *(state[k][a:b] for k in buffers), lr=lr, mom=mom, wd=wd,
-                                    step=step))
-        joined = [mx.concatenate(column) for column in zip(*parts)]
-        return joined[0], {"step": step, **dict(zip(buffers, joined[1:]))}
+
+        def setting(column: int) -> mx.array:  # each element's group's value
+            value = hyper[-1, column]
+            for i in range(len(GROUPS) - 2, -1, -1):
+                value = mx.where(group == i, hyper[i, column], value)
+            return value
+
+        g = mx.where(mx.isinf(max_norm), g, clip_flat(g, max_norm))
+        out = self._rule(p, g, *(state[k] for k in buffers), lr=setting(0), mom=setting(1), wd=setting(2), step=step)
+        return out[0], {"step": step, **dict(zip(buffers, out[1:]))}
 
     def _rule(self, p: mx.array, g: mx.array, *buffers: mx.array, lr: mx.array, mom: mx.array, wd: mx.array,
               step: mx.array) -> tuple[mx.array, ...]:
@@ -162,7 +171,7 @@ class GroupedOptimizer:
         return p - (lr / (1 - b1 ** t)) * m / denom, m, v
 
 
-def clip_flat(grads: mx.array, max_norm: float = MAX_GRAD_NORM) -> mx.array:
+def clip_flat(grads: mx.array, max_norm: float | mx.array = MAX_GRAD_NORM) -> mx.array:
     """PyTorch's clip_grad_norm_ on a packed gradient vector (:class:`FlatLayout`): every
     gradient scaled by min(1, max_norm / (norm + 1e-6))."""
     norm = mx.sqrt(mx.sum(mx.square(grads)))
@@ -208,8 +217,12 @@ class EMA:
     packed in one vector (:class:`FlatLayout`)."""
 
     def __init__(self, arrays: Mapping[str, mx.array], updates: int = 0, decay: float = 0.9999,
-                 tau: float = 2000.0, compiled: bool = False) -> None:
-        self.layout = FlatLayout(arrays)
+                 tau: float = 2000.0, compiled: bool = False, lead: FlatLayout | None = None) -> None:
+        # ``lead``: the optimizer's layout, whose keys come first here, so that an update can take
+        # the optimizer's packed weights as they are (:meth:`update`'s ``packed``).
+        first = [] if lead is None else lead.keys
+        self.lead = lead
+        self.layout = FlatLayout({k: arrays[k] for k in [*first, *(k for k in arrays if k not in set(first))]})
         self.flat = self.layout.pack(arrays)
         self.updates, self.max_decay, self.tau = updates, decay, tau
         self._blend = mx.compile(_blend) if compiled else _blend
@@ -222,9 +235,16 @@ class EMA:
     def decay(self) -> float:
         return self.max_decay * (1 - math.exp(-self.updates / self.tau))
 
-    def update(self, arrays: Mapping[str, mx.array]) -> None:
+    def update(self, arrays: Mapping[str, mx.array], packed: mx.array | None = None) -> None:
+        """One step towards ``arrays``; ``packed``: the lead layout's arrays as one float32 vector,
+        which ``arrays`` then need not hold (one copy of the weights, not one per array)."""
         self.updates += 1
-        self.flat = self._blend(self.flat, self.layout.pack(arrays), mx.array(self.decay(), mx.float32))
+        if packed is None:
+            model = self.layout.pack(arrays)
+        else:
+            rest = self.layout.keys[len(self.lead.keys):]
+            model = mx.concatenate([packed, *(arrays[k].reshape(-1).astype(mx.float32) for k in rest)])
+        self.flat = self._blend(self.flat, model, mx.array(self.decay(), mx.float32))
 
 
 def _blend(ema: mx.array, model: mx.array, d: mx.array) -> mx.array:
