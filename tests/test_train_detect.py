@@ -537,3 +537,37 @@ def test_the_validator_folds_each_epochs_weights_as_fuse_does():
     assert set(got) == set(want)
     for k in want:
         assert mx.array_equal(got[k], want[k]), k
+
+
+def test_validation_reads_its_images_once_a_run_and_gets_the_same_metrics(data, monkeypatch):
+    """`evaluate` with a PreparedImages keeps what it decoded and letterboxed: a second epoch's
+    validation reads no image again, and the network gets the same inputs as without it; a budget too small for an image keeps none (each is read every
+    time)."""
+    import mlxnet.image as image_module
+    from mlxnet.evaluation.detect import PreparedImages, evaluate
+    from mlxnet.models.yolo import YOLO, build_variant
+    from mlxnet.training import detect_data as D
+
+    val_set = D.load_split(data, "val")
+    yolo = YOLO(build_variant("yolov8n", 3).fuse(), ("circle", "square", "triangle"))
+    reads, seen = [], []
+    load, head = image_module.load_image, yolo.head_outputs
+    monkeypatch.setattr(image_module, "load_image", lambda path: reads.append(path) or load(path))
+
+    def recorded_head(items):
+        seen[-1].append([(item.image_hw, item.pixels.tobytes(), item.ratio_pad) for item in items])
+        return head(items)
+    monkeypatch.setattr(yolo, "head_outputs", recorded_head)
+
+    def run(prepared: PreparedImages | None) -> int:
+        seen.append([])
+        before = len(reads)
+        evaluate(yolo, val_set.images, val_set.labels, imgsz=64, batch=2, prepared=prepared)
+        return len(reads) - before
+
+    n = len(val_set.images)
+    kept, small = PreparedImages(), PreparedImages(budget=100)
+    assert [run(None), run(kept), run(kept), run(small), run(small)] == [n, n, 0, n, n]
+    plain = sorted(map(repr, seen[0]))
+    assert all(sorted(map(repr, s)) == plain for s in seen[1:])
+    assert kept.used > 0 and small.used == 0

@@ -5,6 +5,7 @@ The same functions as the command, with reader threads of its own, without its o
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -18,16 +19,45 @@ from .rect import batch_shapes, image_hw
 READERS = min(8, os.cpu_count() or 1)
 
 
+class PreparedImages:
+    """Images as :func:`evaluate` reads them (size, letterboxed pixels and labels), kept for the
+    next evaluation of the same images: a training run validates one set every epoch, and
+    decoding it again each time is most of a small set's validation. At most ``budget`` bytes
+    of pixels are kept (the images met first); the others are read each time."""
+
+    def __init__(self, budget: int = 256 << 20) -> None:
+        self.budget, self.used = budget, 0
+        self._sizes: dict[Path, tuple[int, int] | None] = {}
+        self._items: dict[tuple, tuple[Any, tuple[np.ndarray, np.ndarray]]] = {}
+        self._lock = threading.Lock()
+
+    def size(self, path: Path) -> tuple[int, int] | None:
+        if path not in self._sizes:
+            self._sizes[path] = image_hw(path)
+        return self._sizes[path]
+
+    def get(self, key: tuple) -> tuple[Any, tuple[np.ndarray, np.ndarray]] | None:
+        return self._items.get(key)
+
+    def put(self, key: tuple, value: tuple[Any, tuple[np.ndarray, np.ndarray]], nbytes: int) -> None:
+        with self._lock:
+            if key not in self._items and self.used + nbytes <= self.budget:
+                self._items[key] = value
+                self.used += nbytes
+
+
 def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int], tuple[np.ndarray, np.ndarray]],
              *, imgsz: int = 640, batch: int = 16, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
              metric: str = "ultralytics", progress: Callable[[int], None] | None = None,
-             readers: int = READERS) -> Result:
+             readers: int = READERS, prepared: PreparedImages | None = None) -> Result:
     """``yolo``: a :class:`mlxnet.models.yolo.YOLO`; ``labels(image, width, height)``: its (N, 4)
     xyxy pixel boxes and (N,) classes. ``progress(n)``: called after each batch of n images.
-    ``readers`` threads decode and letterbox the next batch's images while one is evaluated."""
+    ``readers`` threads decode and letterbox the next batch's images while one is evaluated.
+    ``prepared``: images read by an earlier call with the same images and settings, and where
+    this call keeps what it reads (the labels are taken to be unchanged)."""
     from ..image import load_image
 
-    sizes = [image_hw(p) for p in images]
+    sizes = [image_hw(p) if prepared is None else prepared.size(p) for p in images]
     known = [i for i, hw in enumerate(sizes) if hw is not None]
     order, shapes = batch_shapes([sizes[i] for i in known], batch, imgsz)
     # yolo val's batches: images of one rect shape, in its (aspect-ratio) order.
@@ -35,8 +65,16 @@ def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int
             for start in range(0, len(order), batch)]
 
     def read(i: int, shape: tuple[int, int]) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+        key = (images[i], shape, imgsz)
+        kept = None if prepared is None else prepared.get(key)
+        if kept is not None:
+            return kept
         pixels = load_image(images[i])
-        return yolo.prepare(pixels, imgsz, shape), labels(images[i], pixels.shape[1], pixels.shape[0])
+        item = yolo.prepare(pixels, imgsz, shape)
+        value = item, labels(images[i], pixels.shape[1], pixels.shape[0])
+        if prepared is not None:
+            prepared.put(key, value, item.pixels.nbytes)
+        return value
 
     stats = Stats()
     with ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="val-read") as pool:

@@ -227,9 +227,12 @@ class Validator:
     def __init__(self, variant: str, nc: int, names: tuple[str, ...], dtype: mx.Dtype = mx.float32) -> None:
         from ..models.yolo import YOLO, build_variant
 
+        from ..evaluation.detect import PreparedImages
+
         self.dtype = dtype
         self.unfused = build_variant(variant, nc)  # the trained network's structure: which BatchNorms fold where
         self.yolo = YOLO(build_variant(variant, nc).fuse(), names)
+        self.prepared = PreparedImages()  # the validation images, decoded and letterboxed once for the run
 
     def load(self, arrays: dict[str, mx.array]) -> Any:
         """The :class:`mlxnet.models.yolo.YOLO` holding ``arrays``, BatchNorms folded."""
@@ -660,8 +663,8 @@ def _validate(validator: Validator, arrays: dict, names: tuple[str, ...], val_se
 
     yolo = validator.load(arrays)
     with progress_bar("validation", len(val_set.images), transient=True) as bar:
-        result = evaluate(yolo, val_set.images, val_set.labels,
-                          imgsz=cfg.imgsz, batch=max(cfg.batch * 2, 1), progress=lambda k: bar.advance(count=k))
+        result = evaluate(yolo, val_set.images, val_set.labels, imgsz=cfg.imgsz, batch=max(cfg.batch * 2, 1),
+                          progress=lambda k: bar.advance(count=k), prepared=validator.prepared)
     return result.mp, result.mr, result.map50, result.map
 
 
