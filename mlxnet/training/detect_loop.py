@@ -225,9 +225,8 @@ class Validator:
     every epoch."""
 
     def __init__(self, variant: str, nc: int, names: tuple[str, ...], dtype: mx.Dtype = mx.float32) -> None:
-        from ..models.yolo import YOLO, build_variant
-
         from ..evaluation.detect import PreparedImages
+        from ..models.yolo import YOLO, build_variant
 
         self.dtype = dtype
         self.unfused = build_variant(variant, nc)  # the trained network's structure: which BatchNorms fold where

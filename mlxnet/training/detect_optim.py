@@ -105,8 +105,8 @@ class GroupedOptimizer:
         self.layout = FlatLayout({k: params[k] for g in GROUPS for k in params if group_of(k) == g})
         sizes = [sum(self.layout.sizes[k] for k in self.layout.keys if group_of(k) == g) for g in GROUPS]
         # Each element's group (an index into the settings), so that one elementwise pass updates
-        # the whole vector: slicing it into groups and joining them again would hold two more
-        # copies of the weights and each moment while the step runs.
+        # the whole vector (fused into a few kernels when compiled), not a pass per group whose
+        # outputs are then joined.
         self._group = mx.array(np.repeat(np.arange(len(GROUPS), dtype=np.uint8), sizes))
         self.lr = dict.fromkeys(GROUPS, lr)
         self.momentum = dict.fromkeys(GROUPS, momentum)
