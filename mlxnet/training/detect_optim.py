@@ -221,8 +221,9 @@ class EMA:
         # ``lead``: the optimizer's layout, whose keys come first here, so that an update can take
         # the optimizer's packed weights as they are (:meth:`update`'s ``packed``).
         first = [] if lead is None else lead.keys
-        self.lead = lead
-        self.layout = FlatLayout({k: arrays[k] for k in [*first, *(k for k in arrays if k not in set(first))]})
+        led = set(first)
+        self._rest = FlatLayout({k: arrays[k] for k in arrays if k not in led})  # what ``packed`` leaves out
+        self.layout = FlatLayout({**{k: arrays[k] for k in first}, **{k: arrays[k] for k in self._rest.keys}})
         self.flat = self.layout.pack(arrays)
         self.updates, self.max_decay, self.tau = updates, decay, tau
         self._blend = mx.compile(_blend) if compiled else _blend
@@ -242,8 +243,7 @@ class EMA:
         if packed is None:
             model = self.layout.pack(arrays)
         else:
-            rest = self.layout.keys[len(self.lead.keys):]
-            model = mx.concatenate([packed, *(arrays[k].reshape(-1).astype(mx.float32) for k in rest)])
+            model = mx.concatenate([packed, self._rest.pack(arrays)]) if self._rest.keys else packed
         self.flat = self._blend(self.flat, model, mx.array(self.decay(), mx.float32))
 
 
