@@ -106,3 +106,27 @@ def test_ema_led_by_the_optimizers_layout_takes_its_packed_weights(compiled):
         led.update({"stat": new["stat"]}, packed=opt.layout.pack({k: new[k] for k in KEYS}))
     for k in arrays:
         np.testing.assert_array_equal(np.array(led.arrays[k]), np.array(plain.arrays[k]), err_msg=k)
+
+
+def test_a_layouts_host_unpack_equals_its_unpack():
+    """FlatLayout.host_unpack (one copy of the vector to the host) gives unpack's arrays: the
+    same values, shapes and dtypes (float16 as numpy's, bfloat16 kept as MLX's, as host_copies
+    keeps it), and float32 views of the one copy without keep_dtype."""
+    from mlxnet.training.detect_optim import FlatLayout
+
+    arrays = {"a.weight": mx.random.normal((3, 2, 2, 4), key=mx.random.key(1)),
+              "b.bias": mx.random.normal((5,), key=mx.random.key(2)).astype(mx.float16),
+              "c.running_var": mx.random.uniform(shape=(7,), key=mx.random.key(3)).astype(mx.bfloat16)}
+    layout = FlatLayout(arrays)
+    flat = layout.pack(arrays)
+    on_device, on_host = layout.unpack(flat), layout.host_unpack(flat)
+    assert list(on_host) == list(on_device)
+    assert isinstance(on_host["a.weight"], np.ndarray) and isinstance(on_host["b.bias"], np.ndarray)
+    assert on_host["b.bias"].dtype == np.float16 and on_host["c.running_var"].dtype == mx.bfloat16
+    for k in arrays:
+        want = np.array(on_device[k].astype(mx.float32))
+        got = np.array(mx.array(on_host[k]).astype(mx.float32))
+        assert got.shape == tuple(arrays[k].shape) and np.array_equal(got, want), k
+    raw = layout.host_unpack(flat, keep_dtype=False)
+    assert all(v.dtype == np.float32 for v in raw.values())
+    assert raw["c.running_var"].base is raw["a.weight"].base  # views of one host copy

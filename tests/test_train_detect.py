@@ -541,8 +541,11 @@ def test_the_validator_folds_each_epochs_weights_as_fuse_does():
 
 def test_validation_reads_its_images_once_a_run_and_gets_the_same_metrics(data, monkeypatch):
     """`evaluate` with a PreparedImages keeps what it decoded and letterboxed: a second epoch's
-    validation reads no image again, and the network gets the same inputs as without it; a budget too small for an image keeps none (each is read every
-    time)."""
+    validation reads no image again and starts no reader thread, and the network gets the same
+    inputs as without it; a budget too small for an image keeps none (each is read every time)."""
+    import threading
+
+    import mlxnet.evaluation.detect as detect_module
     import mlxnet.image as image_module
     from mlxnet.evaluation.detect import PreparedImages, evaluate
     from mlxnet.models.yolo import YOLO, build_variant
@@ -559,10 +562,16 @@ def test_validation_reads_its_images_once_a_run_and_gets_the_same_metrics(data, 
         return head(items)
     monkeypatch.setattr(yolo, "head_outputs", recorded_head)
 
+    pools = []
+    pool_class = detect_module.ThreadPoolExecutor
+    monkeypatch.setattr(detect_module, "ThreadPoolExecutor", lambda *a, **k: pools.append(1) or pool_class(*a, **k))
+
     def run(prepared: PreparedImages | None) -> int:
         seen.append([])
-        before = len(reads)
+        before, pools_before = len(reads), len(pools)
         evaluate(yolo, val_set.images, val_set.labels, imgsz=64, batch=2, prepared=prepared)
+        assert (len(pools) > pools_before) == (len(reads) > before)  # threads only where images are read
+        assert not [t for t in threading.enumerate() if t.name.startswith("val-read")]
         return len(reads) - before
 
     n = len(val_set.images)

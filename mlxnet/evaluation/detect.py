@@ -46,6 +46,12 @@ class PreparedImages:
                 self.used += nbytes
 
 
+def _done(value: Any) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
 def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int], tuple[np.ndarray, np.ndarray]],
              *, imgsz: int = 640, batch: int = 16, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
              metric: str = "ultralytics", progress: Callable[[int], None] | None = None,
@@ -64,23 +70,34 @@ def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int
     plan = [([known[i] for i in order[start:start + batch]], tuple(int(v) for v in shapes[order[start]]))
             for start in range(0, len(order), batch)]
 
+    def key(i: int, shape: tuple[int, int]) -> tuple:
+        return images[i], shape, imgsz
+
     def read(i: int, shape: tuple[int, int]) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
-        key = (images[i], shape, imgsz)
-        kept = None if prepared is None else prepared.get(key)
-        if kept is not None:
-            return kept
         pixels = load_image(images[i])
         item = yolo.prepare(pixels, imgsz, shape)
         value = item, labels(images[i], pixels.shape[1], pixels.shape[0])
         if prepared is not None:
-            prepared.put(key, value, item.pixels.nbytes)
+            prepared.put(key(i, shape), value, item.pixels.nbytes)
         return value
 
     stats = Stats()
-    with ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="val-read") as pool:
-        def submit(k: int) -> list[Future]:
-            return [pool.submit(read, i, plan[k][1]) for i in plan[k][0]] if k < len(plan) else []
+    # The reader threads start with the first image not kept from an earlier call: where every
+    # image is kept (a training run's later epochs) no thread is started, and none has to be
+    # joined, each waiting its turn at the interpreter lock while the trainer's loader is busy.
+    pool: ThreadPoolExecutor | None = None
 
+    def submit(k: int) -> list[Future]:
+        nonlocal pool
+        futures = []
+        for i in plan[k][0] if k < len(plan) else ():
+            kept = None if prepared is None else prepared.get(key(i, plan[k][1]))
+            if kept is None and pool is None:
+                pool = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="val-read")
+            futures.append(_done(kept) if kept is not None else pool.submit(read, i, plan[k][1]))
+        return futures
+
+    try:
         ahead = submit(0)
         for k in range(len(plan)):
             current, ahead = ahead, submit(k + 1)  # one batch read ahead: memory stays two batches
@@ -91,4 +108,7 @@ def evaluate(yolo: Any, images: Sequence[Path], labels: Callable[[Path, int, int
                 stats.add(match(input_boxes, scores, classes, item.to_input(boxes), ids, metric), scores, classes, ids)
             if progress is not None:
                 progress(len(items))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return ap_per_class(stats, metric)

@@ -559,20 +559,21 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                 break
             progress.epoch += 1
             rows.append(row)
-            # The trained weights as the optimizer holds them (float32), whatever the network computes in
-            model_arrays = {**dict(tree_flatten(net.parameters())), **layout.unpack(weights)}
             best = fitness(row) > progress.best_fitness
             if best:
                 progress.best_fitness = fitness(row)
             if not main:  # rank 0 alone writes the run's files
                 continue
-            averaged, opt_state = ema.arrays, opt.state
-            kept = None if pending is None else layout.unpack(pending, keep_dtype=False)
-            mx.eval(model_arrays, averaged, opt_state, kept)  # views of evaluated vectors: no work
             # Host copies, made here: the writer thread then never enters MLX while the next
-            # epoch's steps are being dispatched from this one.
-            model_arrays, averaged, opt_state = (host_copies(d) for d in (model_arrays, averaged, opt_state))
-            kept = None if kept is None else host_copies(kept)
+            # epoch's steps are being dispatched from this one. A packed vector crosses in one
+            # copy (hundreds of per-array copies each wait on the device).
+            # The trained weights as the optimizer holds them (float32), whatever the network computes in;
+            # the network's own arrays for the rest (BatchNorm statistics).
+            rest = {k: v for k, v in tree_flatten(net.parameters()) if k not in layout.sizes}
+            mx.eval(rest)
+            model_arrays = {**host_copies(rest), **layout.host_unpack(weights)}
+            averaged, opt_state = ema.host_arrays(), opt.host_state()
+            kept = None if pending is None else layout.host_unpack(pending, keep_dtype=False)
             writer.wait()  # the previous epoch's files are whole on disk (or their failure raised)
             writer.submit(_save_weights, out / "weights/last.safetensors", averaged, variant, names, cfg.data)
             if best:
@@ -582,7 +583,7 @@ def train_detector(cfg: DetectTrainConfig) -> list[EpochRow]:
                           replace(progress), run)
             # The writer holds these until written; kept here they would hold this epoch's
             # weights, EMA and moments through the whole next epoch (their views pin whole vectors).
-            del model_arrays, averaged, opt_state, kept
+            del rest, model_arrays, averaged, opt_state, kept
     except BaseException:
         writer.close(raise_errors=False)
         raise

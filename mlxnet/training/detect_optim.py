@@ -90,6 +90,24 @@ class FlatLayout:
             out[k] = a.astype(self.dtypes[k]) if keep_dtype and a.dtype != self.dtypes[k] else a
         return out
 
+    def host_unpack(self, flat: mx.array, *, keep_dtype: bool = True) -> dict[str, "np.ndarray | mx.array"]:
+        """:meth:`unpack` on the host (numpy views of one copy of the evaluated vector): one
+        copy from the device, not one per array. An array whose dtype numpy lacks (bfloat16)
+        stays an MLX array, as :func:`mlxnet.weights.safetensors_io.host_copies` keeps it."""
+        vector = np.array(flat)
+        out: dict[str, np.ndarray | mx.array] = {}
+        for k in self.keys:
+            a = vector[self.offsets[k]:self.offsets[k] + self.sizes[k]].reshape(self.shapes[k])
+            dtype = self.dtypes[k]
+            if not keep_dtype or dtype == mx.float32:
+                out[k] = a
+            else:
+                out[k] = a.astype(_NUMPY[dtype]) if dtype in _NUMPY else mx.array(a).astype(dtype)
+        return out
+
+
+_NUMPY = {mx.float16: np.float16, mx.float64: np.float64}
+
 
 class GroupedOptimizer:
     """PyTorch's SGD (Nesterov) or AdamW over flat ``{key: array}`` parameters, with a learning
@@ -124,6 +142,14 @@ class GroupedOptimizer:
         for name, flat in self.flat_state.items():
             if name != "step":
                 out.update({f"{name}.{k}": v for k, v in self.layout.unpack(flat, keep_dtype=False).items()})
+        return out
+
+    def host_state(self) -> dict[str, "np.ndarray | mx.array"]:
+        """:attr:`state` copied to the host, one copy per moment vector (evaluated first)."""
+        out: dict[str, np.ndarray | mx.array] = {"step": np.array(self.flat_state["step"])}
+        for name, flat in self.flat_state.items():
+            if name != "step":
+                out.update({f"{name}.{k}": v for k, v in self.layout.host_unpack(flat, keep_dtype=False).items()})
         return out
 
     def load_state(self, state: Mapping[str, mx.array]) -> None:
@@ -232,6 +258,10 @@ class EMA:
     def arrays(self) -> dict[str, mx.array]:
         """The averaged arrays by name, in their own dtypes."""
         return self.layout.unpack(self.flat)
+
+    def host_arrays(self) -> dict[str, "np.ndarray | mx.array"]:
+        """:attr:`arrays` copied to the host in one copy (evaluated first)."""
+        return self.layout.host_unpack(self.flat)
 
     def decay(self) -> float:
         return self.max_decay * (1 - math.exp(-self.updates / self.tau))
