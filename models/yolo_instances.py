@@ -19,8 +19,6 @@ from typing import Sequence
 import mlx.core as mx
 import numpy as np
 
-from mlxnet.image import blend_colour
-
 RatioPad = tuple[tuple[float, float], tuple[float, float]]  # ((gain_h, gain_w), (pad_x, pad_y)), as yolo_process's
 
 # COCO's person skeleton: pairs of keypoint indices (nose, eyes, ears, shoulders, elbows,
@@ -31,48 +29,53 @@ COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 
 
 @dataclass(frozen=True)
 class MaskLayer:
-    """Instance masks blended in their colours, to lay over the image they were made on. Each
-    mask in turn covers its pixels by ``alpha`` of its colour (a later mask over the earlier
-    ones), in 8 bits: ``shade`` becomes round(shade × (1 - alpha)) + round(colour × alpha)
-    there, as OpenCV's weighted sum and addition of a colour compute it. A pixel under
-    ``count`` masks is drawn as round(image × (1 - alpha)^count) + shade (at most 255)."""
+    """Instance masks in their colours, to lay over the image they were made on, composed as
+    ultralytics (8.4) draws a segment model's masks: a pixel under ``count`` masks keeps
+    (1 - alpha)^count of itself and gains ``alpha`` of the largest value each channel has among
+    their colours (``top``), in float32 on the 0-1 scale, truncated to 8 bits. The composition
+    depends on which masks cover a pixel, not on their order, so a GPU makes it in a few
+    reductions (:func:`instance_masks`); pixels under no mask stay as they are."""
 
     count: np.ndarray  # (H, W) uint8: the masks over each pixel (at most 255 counted)
-    shade: np.ndarray  # (H, W, 3) uint8: their colours as blended
+    top: np.ndarray  # (H, W, 3) uint8: each channel's largest colour value among them (0: none)
     colours: np.ndarray  # (K, 3) uint8: the masks' colours, in order
     alpha: float
 
     def over(self, image: np.ndarray) -> np.ndarray:
         """A copy of ``image`` (H, W, 3) uint8 with the masks laid over it."""
-        import cv2  # several times NumPy's float arithmetic on a photo
-
         out = np.array(image, dtype=np.uint8, copy=True, order="C")
         rows, cols = np.flatnonzero(self.count.any(axis=1)), np.flatnonzero(self.count.any(axis=0))
         if rows.size == 0:
             return out
         window = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))  # only where masks lie
-        count = np.ascontiguousarray(self.count[window])
-        keep = cv2.LUT(cv2.merge((count, count, count)), ((1 - self.alpha) ** np.arange(256)).astype(np.float32))
-        scaled = cv2.multiply(np.ascontiguousarray(out[window]), keep, dtype=cv2.CV_32F)
-        out[window] = cv2.add(scaled, np.ascontiguousarray(self.shade[window]), dtype=cv2.CV_8U)  # rounds, saturates
+        count = self.count[window]
+        alpha, scale = np.float32(self.alpha), np.float32(255)
+        # (1 - alpha)^n as a float32 product of n factors, one after another (ultralytics' rounding)
+        powers = np.cumprod(np.concatenate([[np.float32(1)], np.full(255, np.float32(1) - alpha)]), dtype=np.float32)
+        keep = powers[count][..., None]
+        pixels = out[window].astype(np.float32) / scale * keep
+        pixels += self.top[window].astype(np.float32) / scale * alpha
+        pixels *= scale
+        covered = (count > 0)[..., None]
+        out[window] = np.where(covered, np.minimum(pixels, scale).astype(np.uint8), out[window])
         return out
 
 
 def mask_layer(masks: "InstanceMasks", colours: np.ndarray, alpha: float) -> MaskLayer:
     """The :class:`MaskLayer` of masks in these colours (K, 3), made on the host from their
     in-box pixels (a GPU makes the same layer where it makes the masks: :func:`instance_masks`)."""
-    import cv2  # OpenCV's 8-bit arithmetic: several times NumPy's on a photo's worth of masks
+    import cv2  # saturating 8-bit addition
 
+    colours = np.asarray(colours, np.uint8)
     count = np.zeros(masks.image_hw, np.uint8)
-    shade = np.zeros((*masks.image_hw, 3), np.uint8)
-    for crop, (c0, r0, c1, r1), colour in zip(masks.crops, masks.spans, np.asarray(colours, np.float64)):
+    top = np.zeros((*masks.image_hw, 3), np.uint8)
+    for crop, (c0, r0, c1, r1), colour in zip(masks.crops, masks.spans, colours):
         if not crop.any():
             continue
-        part = np.ascontiguousarray(shade[r0:r1, c0:c1])
-        blend_colour(part, crop, colour, alpha)
-        shade[r0:r1, c0:c1] = part
+        region = top[r0:r1, c0:c1]
+        np.maximum(region, crop[..., None] * colour, out=region)
         count[r0:r1, c0:c1] = cv2.add(count[r0:r1, c0:c1], crop.view(np.uint8))  # saturating at 255
-    return MaskLayer(count, shade, np.asarray(colours, np.uint8), alpha)
+    return MaskLayer(count, top, colours, alpha)
 
 
 class InstanceMasks:
@@ -139,11 +142,11 @@ class InstanceMasks:
         chosen = np.arange(len(self))[index]
         layer = None
         if self.layer is not None:
-            # The layer still draws the chosen masks when the others are empty and the order is kept.
+            # The layer still draws the chosen masks when the others are empty.
             dropped = np.ones(len(self), bool)
             dropped[chosen] = False
-            if (np.diff(chosen) > 0).all() and not self.non_empty()[dropped].any():
-                layer = MaskLayer(self.layer.count, self.layer.shade, self.layer.colours[chosen], self.layer.alpha)
+            if len(np.unique(chosen)) == len(chosen) and not self.non_empty()[dropped].any():
+                layer = MaskLayer(self.layer.count, self.layer.top, self.layer.colours[chosen], self.layer.alpha)
         filled = None if self._filled is None else self._filled[chosen]
         if self._crops is not None:
             return InstanceMasks(self.image_hw, self.spans[chosen], [self._crops[i] for i in chosen], layer=layer,
@@ -251,13 +254,6 @@ def box_spans(boxes: np.ndarray, image_hw: tuple[int, int]) -> np.ndarray:
 DEVICE_MASK_BYTES = 64 << 20
 
 
-def blend_step(shade: mx.array, tint: mx.array, alpha: float) -> mx.array:
-    """One mask's blend of :class:`MaskLayer` on the device: 8-bit values (held as float32 whole
-    numbers) times 1 - alpha, rounded (half to even, as OpenCV), plus the rounded ``tint``
-    (colour × alpha), saturated at 255."""
-    return mx.minimum(mx.round(shade * (1 - alpha)) + tint, 255)
-
-
 def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
                      image_hw: tuple[int, int], colours: np.ndarray | None, alpha: float) -> InstanceMasks:
     """The masks computed on a GPU: whole masks a few at a time (one batched product each, a few
@@ -271,10 +267,10 @@ def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans
     at_once = max(1, DEVICE_MASK_BYTES // (4 * h * w))
     sizes = (spans[:, 3] - spans[:, 1]) * (spans[:, 2] - spans[:, 0])
     parts, filled = [], []
-    count, shade = mx.zeros((h, w), mx.int32), mx.zeros((h, w, 3), mx.float32)  # shade: whole numbers
-    # OpenCV's add of a colour to 8-bit pixels rounds the colour first (MaskLayer's blend).
-    if colours is not None:  # once: a row of it is a view, no transfer per mask
-        tints = mx.array(np.rint(alpha * np.asarray(colours, np.float64)).astype(np.float32))
+    count, top = mx.zeros((h, w), mx.int32), mx.zeros((h, w, 3), mx.uint8)
+    if colours is not None:
+        colours = np.asarray(colours, np.uint8)
+        on_device = mx.array(colours)
     for start in range(0, len(spans), at_once):
         s = mx.array(spans[start:start + at_once, :, None, None])
         inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])
@@ -282,27 +278,31 @@ def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans
         filled.append(cut.any(axis=(1, 2)))
         parts += [cut[j, r0:r1, c0:c1].reshape(-1)
                   for j, (c0, r0, c1, r1) in enumerate(spans[start:start + at_once].tolist()) if sizes[start + j]]
-        if colours is not None:  # each mask over the ones before it, in order
-            for j in range(cut.shape[0]):
-                shade = mx.where(cut[j][..., None], blend_step(shade, tints[start + j], alpha), shade)
+        if colours is not None:  # a few reductions a chunk, whatever its masks' order
+            tints = on_device[start:start + at_once, None, None, :]
+            top = mx.maximum(top, (cut[..., None] * tints).max(axis=0))
             count = count + cut.astype(mx.int32).sum(axis=0)
     flat = mx.concatenate(parts) if parts else mx.zeros((0,), mx.bool_)
     layer = None
     if colours is not None:
-        count, shade = mx.minimum(count, 255).astype(mx.uint8), shade.astype(mx.uint8)
-        mx.eval(flat, count, shade, *filled)  # one wait for all
-        layer = MaskLayer(np.array(count), np.array(shade), np.asarray(colours, np.uint8), alpha)
+        count = mx.minimum(count, 255).astype(mx.uint8)
+        mx.eval(flat, count, top, *filled)  # one wait for all
+        layer = MaskLayer(np.array(count), np.array(top), colours, alpha)
     mx.eval(flat, *filled)
     return InstanceMasks(image_hw, spans, flat=flat, layer=layer, filled=np.concatenate([np.array(f) for f in filled]))
 
 
-def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:
-    """(n_out, n_in) weights of a bilinear resize along one axis as PyTorch's interpolate
-    computes it (half-pixel centres, no antialiasing, edges clamped)."""
+def _taps(n_in: int, n_out: int, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A bilinear resize along one axis as PyTorch's interpolate computes it (half-pixel centres,
+    no antialiasing, edges clamped): each output pixel's two input pixels and the second's weight."""
     src = np.maximum((np.arange(n_out) + 0.5) * scale - 0.5, 0.0)
     lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-    hi = np.minimum(lo + 1, n_in - 1)
-    frac = src - lo
+    return lo, np.minimum(lo + 1, n_in - 1), src - lo
+
+
+def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:
+    """(n_out, n_in) weights of :func:`_taps`' resize."""
+    lo, hi, frac = _taps(n_in, n_out, scale)
     out = np.zeros((n_out, n_in))
     np.add.at(out, (np.arange(n_out), lo), 1 - frac)
     np.add.at(out, (np.arange(n_out), hi), frac)
@@ -321,9 +321,12 @@ def _span_map(m: int, lo: float, hi: float, n: int) -> np.ndarray:
 
 
 def _axis_map(m: int, f: int, lo: int, hi: int, n: int) -> np.ndarray:
-    """(n, m) float32: upsample m by f, keep [lo, hi), resize that to n."""
-    up = _bilinear(m, m * f, 1 / f) if f > 1 else np.eye(m)
-    return (_bilinear(hi - lo, n, (hi - lo) / n) @ up[lo:hi]).astype(np.float32)
+    """(n, m) float32: upsample m by f, keep [lo, hi), resize that to n. Each output row mixes
+    two rows of the upsampling's map, so it is made from those (a photo's axis is thousands of
+    pixels: the dense product of the two maps was most of a segment photo's host time)."""
+    up = (_bilinear(m, m * f, 1 / f) if f > 1 else np.eye(m))[lo:hi]
+    first, second, frac = _taps(hi - lo, n, (hi - lo) / n)
+    return ((1 - frac)[:, None] * up[first] + frac[:, None] * up[second]).astype(np.float32)
 
 
 def keypoints_to_image(points: np.ndarray, ratio_pad: RatioPad, image_hw: tuple[int, int]) -> np.ndarray:

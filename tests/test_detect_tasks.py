@@ -75,6 +75,28 @@ def test_detect_draws_writes_and_labels_masks_or_keypoints(checkpoint, tmp_path)
     assert np.abs(drawn.astype(int) - image.astype(int)).mean() > 1.0
 
 
+def test_detect_reads_no_mask_pixels_unless_asked(tmp_path, monkeypatch):
+    """Without --json or --save-txt a segment model's masks are only drawn: no outline is traced
+    (each needs its mask's pixels on the host); with --json each detection's is."""
+    from typer.testing import CliRunner
+
+    import mlxnet.models.yolo_process as process
+    from mlxnet.cli import app
+
+    weights = saved_checkpoint("yolo11n-seg", tmp_path)
+    traced = []
+    outline = process.mask_outline
+    monkeypatch.setattr(process, "mask_outline", lambda mask: traced.append(1) or outline(mask))
+    common = ["detect", str(BUS), "-w", str(weights), "--imgsz", "320", "--conf", "0.05", "--max-det", "8"]
+    plain = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "plain")])
+    assert plain.exit_code == 0, plain.output + str(plain.exception)
+    assert (tmp_path / "plain" / "bus.jpg").is_file() and traced == []
+    asked = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "json"), "--json"])
+    assert asked.exit_code == 0, asked.output + str(asked.exception)
+    found = json.loads(asked.stdout.splitlines()[0])["detections"]
+    assert found and len(traced) == len(found) and all("segments" in row for row in found)
+
+
 def test_tracking_keeps_each_tracks_mask_and_keypoints():
     boxes = np.array([[10, 10, 50, 50], [60, 60, 90, 90]], np.float32)
     masks = np.zeros((2, 100, 100), bool)
@@ -149,12 +171,12 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
         whole = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours)
     dense = in_box.dense()
     assert dense.any(axis=(1, 2)).sum() >= 5 and not dense[5].any() and not dense[6].any()
-    assert (dense.sum(axis=0) >= 2).sum() > 50  # overlapping masks: their order shows in the layer
+    assert (dense.sum(axis=0) >= 2).sum() > 50  # overlapping masks
     np.testing.assert_array_equal(whole.non_empty(), dense.any(axis=(1, 2)))  # known before any pixel crosses
     assert whole._crops is None
     host_layer = yi.mask_layer(in_box, colours, 0.5)
     np.testing.assert_array_equal(whole.layer.count, host_layer.count)
-    np.testing.assert_array_equal(whole.layer.shade, host_layer.shade)
+    np.testing.assert_array_equal(whole.layer.top, host_layer.top)
     np.testing.assert_array_equal(whole.spans, in_box.spans)
     np.testing.assert_array_equal(np.asarray(whole), dense)
     np.testing.assert_array_equal(in_box.non_empty(), dense.any(axis=(1, 2)))
@@ -172,21 +194,54 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
     assert whole[np.array([0, 1])].layer is None
 
 
-def test_the_devices_blend_equals_opencvs_8_bit_blend():
-    """Every 8-bit value under every colour, at several alphas: the device's blend step equals
-    the host's (OpenCV's weighted sum, then its addition of a colour)."""
-    import mlx.core as mx
-    from mlxnet.image import blend_colour
-    from mlxnet.models.yolo_instances import blend_step
+def ultralytics_composition(image: np.ndarray, masks: np.ndarray, colours: np.ndarray, alpha: float) -> np.ndarray:
+    """How ultralytics 8.4's annotator lays (K, H, W) masks over an image, written out with
+    torch on the CPU: per channel the largest alpha-scaled colour among the masks over a pixel,
+    plus the pixel times (1 - alpha) for each of them, on the 0-1 scale, truncated to 8 bits.
+    (It recomputes every pixel; pixels under no mask may come back one lower by rounding, where
+    mlxnet leaves them untouched, so compare covered pixels.)"""
+    import torch
 
-    values = np.repeat(np.arange(256, dtype=np.uint8), 3).reshape(256, 1, 3)
-    for alpha in (0.5, 0.3, 0.45, 0.7):
-        for c in range(256):
-            tint = np.float32(np.rint(alpha * c))  # as the device path rounds its colours
-            want = values.copy()
-            blend_colour(want, np.ones((256, 1), bool), (c, c, c), alpha)
-            got = np.array(blend_step(mx.array(values.astype(np.float32)), mx.array(np.full(3, tint)), alpha))
-            np.testing.assert_array_equal(got, want.astype(np.float32), err_msg=f"alpha {alpha}, colour {c}")
+    m = torch.from_numpy(masks).float()[..., None]
+    c = torch.from_numpy(colours.astype(np.float32))[:, None, None, :] / 255.0 * alpha
+    top, keep = torch.amax(m * c, 0), torch.prod(1 - m * alpha, 0)
+    return ((torch.from_numpy(image).float() / 255.0 * keep + top) * 255).byte().numpy()
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.3, 0.7])
+def test_the_mask_layer_composes_as_ultralytics_draws(alpha):
+    """Overlapping masks drawn through MaskLayer (made on the host and, in chunks, the GPU's
+    way) equal ultralytics 8.4's composition on every covered pixel, and leave the others."""
+    import mlx.core as mx
+    from mlxnet.models import yolo_instances as yi
+
+    rng = np.random.default_rng(3)
+    h, w = 64, 80
+    dense = np.zeros((7, h, w), bool)
+    for m in dense:
+        y, x = rng.integers(0, [h - 8, w - 8])
+        m[y:y + rng.integers(8, 50), x:x + rng.integers(8, 60)] = True
+        m &= rng.random((h, w)) < 0.9
+    colours = rng.integers(0, 256, (7, 3)).astype(np.uint8)
+    image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    masks = yi.InstanceMasks.from_dense(dense)
+    drawn = masks.over(image, colours, alpha)
+    covered = dense.any(axis=0)
+    assert (dense.sum(axis=0) >= 3).any()
+    want = ultralytics_composition(image, dense, colours, alpha)
+    np.testing.assert_array_equal(drawn[covered], want[covered])
+    np.testing.assert_array_equal(drawn[~covered], image[~covered])
+    # The same layer from the masks' logits, the GPU's way (run here on the CPU device).
+    protos = mx.array(rng.normal(size=(16, 16, 8)).astype(np.float32))
+    coefficients = mx.array(rng.normal(size=(5, 8)).astype(np.float32))
+    boxes = np.array([[0, 0, 60, 50], [10, 5, 80, 64], [30, 20, 70, 60], [5, 30, 50, 64], [20, 0, 40, 64]], float)
+    host = yi.instance_masks(protos, coefficients, boxes, (h, w))
+    layer = yi.mask_layer(host, colours[:5], alpha)
+    dense5 = host.dense()
+    assert (dense5.sum(axis=0) >= 2).any()
+    on_image = layer.over(image)
+    covered = dense5.any(axis=0)
+    np.testing.assert_array_equal(on_image[covered], ultralytics_composition(image, dense5, colours[:5], alpha)[covered])
 
 
 def test_instance_masks_kept_in_their_boxes_act_as_whole_masks():
@@ -215,18 +270,18 @@ def test_instance_masks_kept_in_their_boxes_act_as_whole_masks():
                      tuple("abcde"), masks)
     for got, m in zip(det.outlines(), dense):
         np.testing.assert_array_equal(got, mask_outline(m))
-    # Drawn: each mask over the ones before it, half its colour (float compositing, rounded
-    # once: within 1 of it), the pixels under no mask untouched.
+    # Drawn: ultralytics' composition (test_the_mask_layer_composes_as_ultralytics_draws), as
+    # its formula says.
     image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     colours = rng.integers(0, 256, (5, 3)).astype(np.uint8)
-    expected = image.astype(np.float64)
-    for m, colour in zip(dense, colours):
-        expected[m] = expected[m] * 0.5 + colour * 0.5
     drawn = masks.over(image, colours, 0.5)
-    assert np.abs(drawn.astype(int) - np.rint(expected)).max() <= 1
-    layer = mask_layer(masks, colours, 0.5)  # drawn as its formula says
+    layer = mask_layer(masks, colours, 0.5)
     np.testing.assert_array_equal(layer.count, dense.sum(axis=0))
-    scaled = np.rint(image * np.float32(0.5) ** layer.count[..., None].astype(np.float32))
-    np.testing.assert_array_equal(drawn, np.minimum(scaled + layer.shade, 255))
+    top = np.max(dense[..., None] * colours[:, None, None, :], axis=0)
+    np.testing.assert_array_equal(layer.top, top)
+    covered = dense.any(axis=0)
+    f = np.float32
+    want = ((image / f(255) * f(0.5) ** layer.count[..., None].astype(f) + top / f(255) * f(0.5)) * f(255))
+    np.testing.assert_array_equal(drawn[covered], want.astype(np.uint8)[covered])
     untouched = ~dense.any(axis=0)
     np.testing.assert_array_equal(drawn[untouched], image[untouched])

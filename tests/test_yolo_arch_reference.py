@@ -154,6 +154,36 @@ def test_mask_outlines_are_ultralytics_masks2segments():
         np.testing.assert_array_equal(mask_outline(m), theirs)
 
 
+@pytest.mark.parametrize("alpha", [0.5, 0.3])
+def test_masks_are_drawn_as_ultralytics_annotator_draws_them(alpha):
+    """Overlapping masks laid over a photo: every pixel under a mask equals ultralytics'
+    Annotator.masks; the others are the photo's own (ultralytics recomputes them too, which
+    may round one down)."""
+    import torch
+    from ultralytics.utils.plotting import Annotator
+
+    from mlxnet.image import load_image
+    from mlxnet.models.yolo_instances import InstanceMasks
+
+    image = np.ascontiguousarray(load_image(BUS)[200:440, 100:420])
+    h, w = image.shape[:2]
+    rng = np.random.default_rng(5)
+    dense = np.zeros((9, h, w), bool)
+    for m in dense:
+        y, x = rng.integers(0, [h - 20, w - 20])
+        m[y:y + rng.integers(10, 150), x:x + rng.integers(10, 200)] = True
+        m &= rng.random((h, w)) < 0.85
+    colours = rng.integers(0, 256, (9, 3)).astype(np.uint8)
+    drawn = InstanceMasks.from_dense(dense).over(image, colours, alpha)
+    annotator = Annotator(image.copy())
+    annotator.masks(torch.from_numpy(dense), colors=[tuple(int(v) for v in c) for c in colours], alpha=alpha)
+    theirs = np.asarray(annotator.result())
+    covered = dense.any(axis=0)
+    assert (dense.sum(axis=0) >= 3).any()
+    np.testing.assert_array_equal(drawn[covered], theirs[covered])
+    np.testing.assert_array_equal(drawn[~covered], image[~covered])
+
+
 @pytest.mark.parametrize("name", ["yolo11n-seg", "yolov8n-pose"])
 def test_label_lines_are_ultralytics_save_txt(name, tmp_path, monkeypatch):
     """The same detections written as --save-txt writes them and as ultralytics' save_txt does."""

@@ -154,8 +154,10 @@ def detect(
         image, target = item[0], job.outputs[0]
         save_image(det.render(image), target, source=job.source.path)
         written = more.write(job, image, det)
+        # The detections' record only where it is printed: a segment model's outlines need every
+        # mask's pixels on the host.
         record = {"output": str(target), "width": image.shape[1], "height": image.shape[0], **written,
-                  **det.to_dict()}
+                  **(det.to_dict() if as_json else {})}
         return record, f"{job.name}: {det.summary()} -> {', '.join([str(target), *more.summary(written)])}"
 
     def predict(detector, boxed: list) -> list:
