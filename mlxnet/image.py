@@ -13,6 +13,7 @@ import secrets
 import shutil
 import stat
 import struct
+import threading
 import time
 import warnings
 from functools import lru_cache
@@ -21,7 +22,7 @@ from typing import Callable, Literal, Sequence
 
 import mlx.core as mx
 import numpy as np
-from PIL import Image, ImageDraw, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
 from .errors import MlxnetError
 
@@ -695,6 +696,19 @@ def box_on_image(box: Sequence[float], width: int, height: int) -> tuple[float, 
     return max(x1, 0.0), max(y1, 0.0), min(x2, right), min(y2, bottom)
 
 
+_FONTS = threading.local()
+
+
+def label_font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    """PIL's default font, loaded once per thread: a drawing without a font loads it again for
+    each ``ImageDraw.Draw`` (decoding the font each time, a box's label at a time), and one
+    FreeType face is not shared between threads drawing at once."""
+    font = getattr(_FONTS, "font", None)
+    if font is None:
+        font = _FONTS.font = ImageFont.load_default()
+    return font
+
+
 def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
                colour_ids: Sequence[int] | None = None, width: int = 3) -> np.ndarray:
     """Draw labelled xyxy boxes on a copy of the image; a degenerate box (zero or negative
@@ -707,6 +721,7 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
     through PIL once instead."""
     out = np.array(image, dtype=np.uint8, copy=True, order="C")
     height, width_px = out.shape[:2]
+    font = label_font()
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     marks = []  # (colour, box, label tag, text origin, region) per drawable box, in order
     for i, (box, label) in enumerate(zip(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), labels)):
@@ -715,10 +730,10 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
         if drawable is None:
             continue
         x1, y1, x2, y2 = drawable
-        tx0, ty0, tx1, ty1 = measure.textbbox((x1, y1), label)
+        tx0, ty0, tx1, ty1 = measure.textbbox((x1, y1), label, font=font)
         top = y1 - (ty1 - ty0) - 4 if y1 - (ty1 - ty0) - 4 >= 0 else y1
         tag = (x1, top, x1 + (tx1 - tx0) + 4, top + (ty1 - ty0) + 4)
-        ink = measure.textbbox((x1 + 2, top + 1), label)
+        ink = measure.textbbox((x1 + 2, top + 1), label, font=font)
         # The region: the outline (a box narrower than twice the line width is drawn past its
         # other side), the label's box and the text's ink, with pixels to spare for PIL's
         # rounding, clipped to the image as drawing on the whole image clips.
@@ -738,7 +753,7 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, labels: Sequence[str],
         draw = ImageDraw.Draw(region)
         draw.rectangle([x1 - left, y1 - upper, x2 - left, y2 - upper], outline=colour, width=width)
         draw.rectangle([tag[0] - left, tag[1] - upper, tag[2] - left, tag[3] - upper], fill=colour)
-        draw.text((tx - left, ty - upper), label, fill=(255, 255, 255))
+        draw.text((tx - left, ty - upper), label, fill=(255, 255, 255), font=font)
         if not whole:
             out[upper:lower, left:right] = np.asarray(region)
     return np.asarray(canvas).copy() if whole else out

@@ -350,11 +350,13 @@ class YOLO:
 
     def predict_prepared(self, items: Sequence[Letterboxed], *, conf: float = 0.25, iou: float = 0.7,
                          max_det: int = 300, agnostic: bool = False, classes: Sequence[int] | None = None,
-                         batch_size: int | None = None, nms: bool = True) -> list[Detections]:
+                         batch_size: int | None = None, nms: bool = True,
+                         mask_pixels: bool = True) -> list[Detections]:
         """:meth:`predict` for images already through :meth:`prepare`: one forward per letterbox
         shape, one transfer back to the host per forward. ``batch_size``: run every forward at
         this batch size, a short batch filled up with copies of its last image (their results
-        dropped). On a GPU each new input shape costs a trace and convolution plans, many times
+        dropped). ``mask_pixels=False``: a segment model's masks are made to be drawn only
+        (:func:`.yolo_instances.instance_masks`' ``pixels``), for a caller that never reads them. On a GPU each new input shape costs a trace and convolution plans, many times
         a forward, so a folder then costs one per letterbox shape, not one per shape and count."""
         if not nms and not hasattr(self.net.head, "one2one_cv2"):
             raise MlxnetError("nms=False needs an end-to-end model's one-to-one head (YOLO26); this model has none")
@@ -367,7 +369,8 @@ class YOLO:
             rows += rows[-1:] * max(0, (batch_size or 0) - len(rows))
             if self.net.task != "detect":
                 found_instances = self._instances(rows, [items[i] for i in members], conf=conf, iou=iou,
-                                                  max_det=max_det, agnostic=agnostic, classes=classes, nms=nms)
+                                                  max_det=max_det, agnostic=agnostic, classes=classes, nms=nms,
+                                                  mask_pixels=mask_pixels)
                 for i, det in zip(members, found_instances):
                     results[i] = det
                 continue
@@ -382,7 +385,8 @@ class YOLO:
         return results
 
     def _instances(self, pixels: Sequence[np.ndarray], items: Sequence[Letterboxed], *, conf: float, iou: float,
-                   max_det: int, agnostic: bool, classes: Sequence[int] | None, nms: bool) -> list[Detections]:
+                   max_det: int, agnostic: bool, classes: Sequence[int] | None, nms: bool,
+                   mask_pixels: bool = True) -> list[Detections]:
         """A segment or pose model's detections, each with its mask or keypoints
         (:mod:`.yolo_instances`)."""
         out = self.net.task_outputs(self._input(pixels), one2one=not nms)
@@ -400,7 +404,7 @@ class YOLO:
             boxes = item.to_image(det[:, :4])
             masks = keypoints = None
             if "protos" in extras:
-                masks = self._masks(extras, b, anchor, boxes, item, class_colours(det[:, 5]))
+                masks = self._masks(extras, b, anchor, boxes, item, class_colours(det[:, 5]), pixels=mask_pixels)
                 keep = masks.non_empty()  # as ultralytics: a detection whose mask is empty is dropped
                 det, boxes, masks = det[keep], boxes[keep], masks[keep]
             else:
@@ -464,12 +468,12 @@ class YOLO:
 
     @staticmethod
     def _masks(extras: dict[str, mx.array], index: int, anchors: np.ndarray, boxes: np.ndarray,
-               item: Letterboxed, colours: np.ndarray | None = None) -> InstanceMasks:
+               item: Letterboxed, colours: np.ndarray | None = None, pixels: bool = True) -> InstanceMasks:
         """Batch member ``index``'s instance masks for the detections of ``anchors`` (picked on the
         host, as the keypoints are); given the colours they are drawn in, with their layer."""
         coefficients = np.array(extras["mask_coefficients"][index].astype(mx.float32))[anchors]
         return instance_masks(extras["protos"][index], mx.array(coefficients), boxes, item.image_hw, item.ratio_pad,
-                              colours, MASK_ALPHA)
+                              colours, MASK_ALPHA, pixels)
 
 
 class YOLOFamily(families.ModelFamily):

@@ -19,6 +19,8 @@ from typing import Sequence
 import mlx.core as mx
 import numpy as np
 
+from mlxnet.errors import MlxnetError
+
 RatioPad = tuple[tuple[float, float], tuple[float, float]]  # ((gain_h, gain_w), (pad_x, pad_y)), as yolo_process's
 
 # COCO's person skeleton: pairs of keypoint indices (nose, eyes, ears, shoulders, elbows,
@@ -96,8 +98,10 @@ class InstanceMasks:
                  filled: np.ndarray | None = None) -> None:
         self.image_hw = (int(image_hw[0]), int(image_hw[1]))
         self.spans = np.asarray(spans, np.int64).reshape(-1, 4)
-        if (crops is None) == (flat is None):
-            raise ValueError("InstanceMasks needs either crops or flat")
+        if crops is not None and flat is not None:
+            raise ValueError("InstanceMasks takes crops or flat, not both")
+        if crops is None and flat is None and (layer is None or filled is None):
+            raise ValueError("InstanceMasks without pixels needs their layer and which are filled")
         self._crops = None if crops is None else tuple(crops)
         # On the device: the flat pixels of these spans' crops, and which of them are these masks.
         self._source = None if flat is None else (flat, self.spans, np.arange(len(self.spans)))
@@ -119,6 +123,9 @@ class InstanceMasks:
 
     @property
     def crops(self) -> tuple[np.ndarray, ...]:
+        if self._crops is None and self._source is None:
+            raise MlxnetError("these instance masks were made to be drawn only, without their pixels "
+                              "(pixels=False); make them with pixels=True to read them")
         if self._crops is None:  # first read of masks made on a GPU: their pixels cross now, at once
             flat, spans, picked = self._source
             sizes = (spans[:, 3] - spans[:, 1]) * (spans[:, 2] - spans[:, 0])
@@ -151,6 +158,10 @@ class InstanceMasks:
         if self._crops is not None:
             return InstanceMasks(self.image_hw, self.spans[chosen], [self._crops[i] for i in chosen], layer=layer,
                                  filled=filled)
+        if self._source is None:
+            if layer is None:
+                raise MlxnetError("cannot drop a filled mask from masks made without their pixels (pixels=False)")
+            return InstanceMasks(self.image_hw, self.spans[chosen], layer=layer, filled=filled)
         out = InstanceMasks(self.image_hw, self.spans[chosen], flat=self._source[0], layer=layer, filled=filled)
         out._source = (self._source[0], self._source[1], self._source[2][chosen])  # still on the device
         return out
@@ -199,7 +210,7 @@ class InstanceMasks:
 
 def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, image_hw: tuple[int, int],
                    ratio_pad: RatioPad | None = None, colours: np.ndarray | None = None,
-                   alpha: float = 0.5) -> InstanceMasks:
+                   alpha: float = 0.5, pixels: bool = True) -> InstanceMasks:
     """The K masks on the image from the prototypes (mh, mw, nm) of its letterboxed input, the
     detections' coefficients (K, nm) and their boxes on the image (K, 4) xyxy.
 
@@ -209,7 +220,9 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
     gains and padding (``yolo val``'s rect shapes), whose content span the prototypes are sampled
     over directly; None: the predictor's letterbox, the span from the shapes, as ultralytics'
     retina path. ``colours`` (K, 3): the colours they will be drawn in, with ``alpha``, so that a
-    GPU makes their :class:`MaskLayer` where the masks are."""
+    GPU makes their :class:`MaskLayer` where the masks are; there, ``pixels=False`` (with
+    ``colours``) keeps only that layer and which masks are filled: masks to be drawn and never
+    read cost no cutting to their boxes."""
     h, w = image_hw
     k = coefficients.shape[0]
     spans = box_spans(boxes, image_hw)
@@ -232,7 +245,7 @@ def instance_masks(protos: mx.array, coefficients: mx.array, boxes: np.ndarray, 
         rows = _axis_map(mh, f, top, top + max(round(h * gain), 1), h)
         cols = _axis_map(mw, f, left, left + max(round(w * gain), 1), w)
     if mx.default_device().type == mx.DeviceType.gpu:
-        return _masks_on_device(logits, rows, cols, spans, image_hw, colours, alpha)
+        return _masks_on_device(logits, rows, cols, spans, image_hw, colours, alpha, pixels or colours is None)
     logits = np.array(logits)  # prototype resolution: small, on the host
     crops = [(rows[r0:r1] @ logits[i]) @ cols[c0:c1].T > 0 if c1 > c0 and r1 > r0
              else np.zeros((max(r1 - r0, 0), max(c1 - c0, 0)), bool) for i, (c0, r0, c1, r1) in enumerate(spans)]
@@ -255,7 +268,8 @@ DEVICE_MASK_BYTES = 64 << 20
 
 
 def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans: np.ndarray,
-                     image_hw: tuple[int, int], colours: np.ndarray | None, alpha: float) -> InstanceMasks:
+                     image_hw: tuple[int, int], colours: np.ndarray | None, alpha: float,
+                     pixels: bool = True) -> InstanceMasks:
     """The masks computed on a GPU: whole masks a few at a time (one batched product each, a few
     milliseconds there, where the host's per-box products are most of a photo's time), cut to
     their boxes there and kept there. Only which are empty and, given ``colours``, their
@@ -276,13 +290,14 @@ def _masks_on_device(logits: mx.array, rows: np.ndarray, cols: np.ndarray, spans
         inside = (ys >= s[:, 1]) & (ys < s[:, 3]) & (xs >= s[:, 0]) & (xs < s[:, 2])
         cut = ((rows_d @ logits[start:start + at_once]) @ cols_t > 0) & inside
         filled.append(cut.any(axis=(1, 2)))
-        parts += [cut[j, r0:r1, c0:c1].reshape(-1)
-                  for j, (c0, r0, c1, r1) in enumerate(spans[start:start + at_once].tolist()) if sizes[start + j]]
+        if pixels:  # each crop a copy: a few launches a mask
+            parts += [cut[j, r0:r1, c0:c1].reshape(-1)
+                      for j, (c0, r0, c1, r1) in enumerate(spans[start:start + at_once].tolist()) if sizes[start + j]]
         if colours is not None:  # a few reductions a chunk, whatever its masks' order
             tints = on_device[start:start + at_once, None, None, :]
             top = mx.maximum(top, (cut[..., None] * tints).max(axis=0))
             count = count + cut.astype(mx.int32).sum(axis=0)
-    flat = mx.concatenate(parts) if parts else mx.zeros((0,), mx.bool_)
+    flat = None if not pixels else mx.concatenate(parts) if parts else mx.zeros((0,), mx.bool_)
     layer = None
     if colours is not None:
         count = mx.minimum(count, 255).astype(mx.uint8)
@@ -321,12 +336,22 @@ def _span_map(m: int, lo: float, hi: float, n: int) -> np.ndarray:
 
 
 def _axis_map(m: int, f: int, lo: int, hi: int, n: int) -> np.ndarray:
-    """(n, m) float32: upsample m by f, keep [lo, hi), resize that to n. Each output row mixes
-    two rows of the upsampling's map, so it is made from those (a photo's axis is thousands of
-    pixels: the dense product of the two maps was most of a segment photo's host time)."""
-    up = (_bilinear(m, m * f, 1 / f) if f > 1 else np.eye(m))[lo:hi]
+    """(n, m) float32: upsample m by f, keep [lo, hi), resize that to n. Both steps are bilinear,
+    two taps each, so each output row mixes at most four of the m pixels: the map is made from
+    those (a photo's axis is thousands of pixels, and a dense product of the two steps' maps was
+    most of a segment photo's host time)."""
+    if f > 1:
+        near, far, weight = _taps(m, m * f, 1 / f)
+    else:
+        near = far = np.arange(m)
+        weight = np.zeros(m)
     first, second, frac = _taps(hi - lo, n, (hi - lo) / n)
-    return ((1 - frac)[:, None] * up[first] + frac[:, None] * up[second]).astype(np.float32)
+    first, second = first + lo, second + lo
+    columns = np.stack([near[first], far[first], near[second], far[second]], axis=1)
+    weights = np.stack([(1 - frac) * (1 - weight[first]), (1 - frac) * weight[first],
+                        frac * (1 - weight[second]), frac * weight[second]], axis=1)
+    cells = (np.arange(n)[:, None] * m + columns).reshape(-1)
+    return np.bincount(cells, weights.reshape(-1), minlength=n * m).reshape(n, m).astype(np.float32)
 
 
 def keypoints_to_image(points: np.ndarray, ratio_pad: RatioPad, image_hw: tuple[int, int]) -> np.ndarray:

@@ -77,24 +77,31 @@ def test_detect_draws_writes_and_labels_masks_or_keypoints(checkpoint, tmp_path)
 
 def test_detect_reads_no_mask_pixels_unless_asked(tmp_path, monkeypatch):
     """Without --json or --save-txt a segment model's masks are only drawn: no outline is traced
-    (each needs its mask's pixels on the host); with --json each detection's is."""
+    (each needs its mask's pixels on the host), and on a GPU no pixels are cut (the masks come
+    with pixels=False); with --json each detection's outline is traced."""
     from typer.testing import CliRunner
 
     import mlxnet.models.yolo_process as process
     from mlxnet.cli import app
 
     weights = saved_checkpoint("yolo11n-seg", tmp_path)
-    traced = []
+    traced, asked_pixels = [], []
     outline = process.mask_outline
     monkeypatch.setattr(process, "mask_outline", lambda mask: traced.append(1) or outline(mask))
+    import mlxnet.models.yolo as yolo_module
+    made = yolo_module.instance_masks
+    monkeypatch.setattr(yolo_module, "instance_masks", lambda *a: asked_pixels.append(a[-1]) or made(*a))
     common = ["detect", str(BUS), "-w", str(weights), "--imgsz", "320", "--conf", "0.05", "--max-det", "8"]
     plain = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "plain")])
     assert plain.exit_code == 0, plain.output + str(plain.exception)
     assert (tmp_path / "plain" / "bus.jpg").is_file() and traced == []
+    assert asked_pixels and not any(asked_pixels)
+    asked_pixels.clear()
     asked = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "json"), "--json"])
     assert asked.exit_code == 0, asked.output + str(asked.exception)
     found = json.loads(asked.stdout.splitlines()[0])["detections"]
     assert found and len(traced) == len(found) and all("segments" in row for row in found)
+    assert asked_pixels and all(asked_pixels)
 
 
 def test_tracking_keeps_each_tracks_mask_and_keypoints():
@@ -192,6 +199,24 @@ def test_masks_made_whole_on_a_gpu_equal_the_in_box_ones(monkeypatch):
     np.testing.assert_array_equal(np.asarray(kept), dense[dense.any(axis=(1, 2))])
     # Dropping a mask with pixels drops the layer: the host makes the remaining masks' own.
     assert whole[np.array([0, 1])].layer is None
+    # Made to be drawn only: the same layer and filled masks, no pixels cut or kept; reading
+    # them, or dropping a filled one (which would need them to redraw), is a clear error.
+    with mx.stream(mx.cpu):
+        drawn_only = yi.instance_masks(protos, coefficients, boxes, (h, w), colours=colours, pixels=False)
+    assert drawn_only._source is None and drawn_only._crops is None
+    np.testing.assert_array_equal(drawn_only.layer.count, host_layer.count)
+    np.testing.assert_array_equal(drawn_only.layer.top, host_layer.top)
+    np.testing.assert_array_equal(drawn_only.non_empty(), dense.any(axis=(1, 2)))
+    kept = drawn_only[drawn_only.non_empty()]
+    assert kept.layer is not None and len(kept) == dense.any(axis=(1, 2)).sum()
+    image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(kept.over(image, colours[dense.any(axis=(1, 2))], 0.5),
+                                  in_box[in_box.non_empty()].over(image, colours[dense.any(axis=(1, 2))], 0.5))
+    from mlxnet.errors import MlxnetError
+    with pytest.raises(MlxnetError, match="without their pixels"):
+        np.asarray(kept)
+    with pytest.raises(MlxnetError, match="without their pixels"):
+        drawn_only[np.array([0, 1])]
 
 
 def ultralytics_composition(image: np.ndarray, masks: np.ndarray, colours: np.ndarray, alpha: float) -> np.ndarray:

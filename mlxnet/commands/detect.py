@@ -161,8 +161,10 @@ def detect(
         return record, f"{job.name}: {det.summary()} -> {', '.join([str(target), *more.summary(written)])}"
 
     def predict(detector, boxed: list) -> list:
+        # A segment model's mask pixels are made only where something reads them (the JSON
+        # record's outlines, --save-txt); drawing needs only their layer.
         return detector.predict_prepared(boxed, conf=conf, iou=iou, max_det=max_det, classes=wanted[0],
-                                         batch_size=fixed_batch)
+                                         batch_size=fixed_batch, mask_pixels=as_json or save_txt)
 
     images_failed = False
     if jobs:
