@@ -45,28 +45,36 @@ class MaskLayer:
 
     def over(self, image: np.ndarray) -> np.ndarray:
         """A copy of ``image`` (H, W, 3) uint8 with the masks laid over it."""
+        import cv2  # several times NumPy's float arithmetic on a photo
+
         out = np.array(image, dtype=np.uint8, copy=True, order="C")
         rows, cols = np.flatnonzero(self.count.any(axis=1)), np.flatnonzero(self.count.any(axis=0))
         if rows.size == 0:
             return out
         window = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))  # only where masks lie
-        count = self.count[window]
-        alpha, scale = np.float32(self.alpha), np.float32(255)
-        # (1 - alpha)^n as a float32 product of n factors, one after another (ultralytics' rounding)
-        powers = np.cumprod(np.concatenate([[np.float32(1)], np.full(255, np.float32(1) - alpha)]), dtype=np.float32)
-        keep = powers[count][..., None]
-        pixels = out[window].astype(np.float32) / scale * keep
-        pixels += self.top[window].astype(np.float32) / scale * alpha
+        count = np.ascontiguousarray(self.count[window])
+        scale = np.float32(255)
+        # ultralytics' float32 steps, (pixel / 255 * keep + top / 255 * alpha) * 255, each
+        # quotient and power looked up (the same float32 values) and the products as OpenCV's
+        # float32 products: (1 - alpha)^n a product of n factors, one after another.
+        ratio = np.arange(256, dtype=np.float32) / scale
+        powers = np.cumprod(np.concatenate([[np.float32(1)], np.full(255, np.float32(1) - np.float32(self.alpha))]),
+                            dtype=np.float32)
+        keep = cv2.LUT(cv2.merge((count, count, count)), powers)
+        pixels = cv2.multiply(cv2.LUT(np.ascontiguousarray(out[window]), ratio), keep)
+        pixels = cv2.add(pixels, cv2.LUT(np.ascontiguousarray(self.top[window]), ratio * np.float32(self.alpha)))
         pixels *= scale
-        covered = (count > 0)[..., None]
-        out[window] = np.where(covered, np.minimum(pixels, scale).astype(np.uint8), out[window])
+        np.minimum(pixels, scale, out=pixels)
+        part = np.ascontiguousarray(out[window])
+        cv2.copyTo(pixels.astype(np.uint8), (count > 0).view(np.uint8), part)  # astype truncates, as ultralytics
+        out[window] = part
         return out
 
 
 def mask_layer(masks: "InstanceMasks", colours: np.ndarray, alpha: float) -> MaskLayer:
     """The :class:`MaskLayer` of masks in these colours (K, 3), made on the host from their
     in-box pixels (a GPU makes the same layer where it makes the masks: :func:`instance_masks`)."""
-    import cv2  # saturating 8-bit addition
+    import cv2  # 8-bit arithmetic: several times NumPy's on a photo's worth of masks
 
     colours = np.asarray(colours, np.uint8)
     count = np.zeros(masks.image_hw, np.uint8)
@@ -74,9 +82,10 @@ def mask_layer(masks: "InstanceMasks", colours: np.ndarray, alpha: float) -> Mas
     for crop, (c0, r0, c1, r1), colour in zip(masks.crops, masks.spans, colours):
         if not crop.any():
             continue
-        region = top[r0:r1, c0:c1]
-        np.maximum(region, crop[..., None] * colour, out=region)
-        count[r0:r1, c0:c1] = cv2.add(count[r0:r1, c0:c1], crop.view(np.uint8))  # saturating at 255
+        inside = crop.view(np.uint8)
+        tinted = cv2.multiply(cv2.merge((inside, inside, inside)), tuple(float(v) for v in colour) + (0.0,))
+        top[r0:r1, c0:c1] = cv2.max(top[r0:r1, c0:c1], tinted)
+        count[r0:r1, c0:c1] = cv2.add(count[r0:r1, c0:c1], inside)  # saturating at 255
     return MaskLayer(count, top, colours, alpha)
 
 
