@@ -18,6 +18,7 @@ from mlxnet.models.yolo_process import Detections
 from mlxnet.tracking import ByteTracker
 from mlxnet.weights import save_converted
 from test_yolo_arch import seeded_net
+from testutil import overlapping_masks
 
 BUS = Path(__file__).parent / "fixtures" / "yolo" / "bus.jpg"
 MLXNET = [sys.executable, "-m", "mlxnet"]
@@ -242,11 +243,7 @@ def test_the_mask_layer_composes_as_ultralytics_draws(alpha):
 
     rng = np.random.default_rng(3)
     h, w = 64, 80
-    dense = np.zeros((7, h, w), bool)
-    for m in dense:
-        y, x = rng.integers(0, [h - 8, w - 8])
-        m[y:y + rng.integers(8, 50), x:x + rng.integers(8, 60)] = True
-        m &= rng.random((h, w)) < 0.9
+    dense = overlapping_masks(rng, 7, h, w, least=8, most=(50, 60), fill=0.9)
     colours = rng.integers(0, 256, (7, 3)).astype(np.uint8)
     image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     masks = yi.InstanceMasks.from_dense(dense)

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("ultralytics", reason="needs ultralytics (pip install ultralytics)")
 
-from testutil import golden_script  # noqa: E402
+from testutil import golden_script, overlapping_masks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUS = ROOT / "tests/fixtures/yolo/bus.jpg"
@@ -168,11 +168,7 @@ def test_masks_are_drawn_as_ultralytics_annotator_draws_them(alpha):
     image = np.ascontiguousarray(load_image(BUS)[200:440, 100:420])
     h, w = image.shape[:2]
     rng = np.random.default_rng(5)
-    dense = np.zeros((9, h, w), bool)
-    for m in dense:
-        y, x = rng.integers(0, [h - 20, w - 20])
-        m[y:y + rng.integers(10, 150), x:x + rng.integers(10, 200)] = True
-        m &= rng.random((h, w)) < 0.85
+    dense = overlapping_masks(rng, 9, h, w, least=20, most=(150, 200), fill=0.85)
     colours = rng.integers(0, 256, (9, 3)).astype(np.uint8)
     drawn = InstanceMasks.from_dense(dense).over(image, colours, alpha)
     annotator = Annotator(image.copy())

@@ -96,3 +96,15 @@ def golden_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def overlapping_masks(rng: np.random.Generator, k: int, h: int, w: int, *, least: int, most: tuple[int, int],
+                      fill: float) -> np.ndarray:
+    """(k, h, w) bool: rectangles (at least ``least`` pixels a side, up to ``most`` (rows,
+    columns) more) at random places, each with random holes (``fill`` of its pixels kept)."""
+    dense = np.zeros((k, h, w), bool)
+    for m in dense:
+        y, x = rng.integers(0, [h - least, w - least])
+        m[y:y + rng.integers(least, most[0]), x:x + rng.integers(least, most[1])] = True
+        m &= rng.random((h, w)) < fill
+    return dense
