@@ -100,7 +100,8 @@ class InstanceMasks:
 
     Masks made on a GPU stay there (``flat``: every crop's pixels, one after another) until
     their pixels are first read; ``layer``, where made beside them, is their :class:`MaskLayer`
-    (drawing then needs no mask on the host) and ``filled`` which of them have a pixel."""
+    (drawing then needs no mask on the host) and ``filled`` which of them have a pixel. Masks
+    made to be drawn only (``instance_masks(pixels=False)``) have those two and no pixels."""
 
     def __init__(self, image_hw: tuple[int, int], spans: np.ndarray, crops: Sequence[np.ndarray] | None = None, *,
                  flat: mx.array | None = None, layer: MaskLayer | None = None,
