@@ -134,18 +134,9 @@ class GroupedOptimizer:
         self.flat_state.update({"buf": zeros} if name == "sgd" else {"m": zeros, "v": zeros})
         self._update = mx.compile(self._pure_update) if compiled else self._pure_update
 
-    @property
-    def state(self) -> dict[str, mx.array]:
-        """The optimizer's state by parameter (``step``, ``buf.KEY`` or ``m.KEY`` and ``v.KEY``), as
-        a training state file stores it."""
-        out = {"step": self.flat_state["step"]}
-        for name, flat in self.flat_state.items():
-            if name != "step":
-                out.update({f"{name}.{k}": v for k, v in self.layout.unpack(flat, keep_dtype=False).items()})
-        return out
-
     def host_state(self) -> dict[str, "np.ndarray | mx.array"]:
-        """:attr:`state` copied to the host, one copy per moment vector (evaluated first)."""
+        """The optimizer's state by parameter (``step``, ``buf.KEY`` or ``m.KEY`` and ``v.KEY``), as
+        a training state file stores it, on the host: one copy per moment vector (evaluated first)."""
         out: dict[str, np.ndarray | mx.array] = {"step": np.array(self.flat_state["step"])}
         for name, flat in self.flat_state.items():
             if name != "step":
@@ -153,7 +144,7 @@ class GroupedOptimizer:
         return out
 
     def load_state(self, state: Mapping[str, mx.array]) -> None:
-        """Restore :attr:`state` (a resumed run's)."""
+        """Restore :meth:`host_state`'s arrays (a resumed run's, as read back from its file)."""
         for name in self.flat_state:
             self.flat_state[name] = (state["step"] if name == "step" else
                                      self.layout.pack({k: state[f"{name}.{k}"] for k in self.layout.keys}))
