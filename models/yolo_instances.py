@@ -325,15 +325,6 @@ def _taps(n_in: int, n_out: int, scale: float) -> tuple[np.ndarray, np.ndarray, 
     return lo, np.minimum(lo + 1, n_in - 1), src - lo
 
 
-def _bilinear(n_in: int, n_out: int, scale: float) -> np.ndarray:
-    """(n_out, n_in) weights of :func:`_taps`' resize."""
-    lo, hi, frac = _taps(n_in, n_out, scale)
-    out = np.zeros((n_out, n_in))
-    np.add.at(out, (np.arange(n_out), lo), 1 - frac)
-    np.add.at(out, (np.arange(n_out), hi), frac)
-    return out
-
-
 def _span_map(m: int, lo: float, hi: float, n: int) -> np.ndarray:
     """(n, m) float32: the span [lo, hi) of an axis of m pixels resampled to n (bilinear)."""
     src = np.clip(lo + (np.arange(n) + 0.5) * (hi - lo) / n - 0.5, 0, m - 1)
