@@ -356,8 +356,9 @@ class YOLO:
         shape, one transfer back to the host per forward. ``batch_size``: run every forward at
         this batch size, a short batch filled up with copies of its last image (their results
         dropped). ``mask_pixels=False``: a segment model's masks are made to be drawn only
-        (:func:`.yolo_instances.instance_masks`' ``pixels``), for a caller that never reads them. On a GPU each new input shape costs a trace and convolution plans, many times
-        a forward, so a folder then costs one per letterbox shape, not one per shape and count."""
+        (:func:`.yolo_instances.instance_masks`' ``pixels``), for a caller that never reads them.
+        On a GPU each new input shape costs a trace and convolution plans, many times a forward,
+        so a folder then costs one per letterbox shape, not one per shape and count."""
         if not nms and not hasattr(self.net.head, "one2one_cv2"):
             raise MlxnetError("nms=False needs an end-to-end model's one-to-one head (YOLO26); this model has none")
         same_shape: dict[tuple[int, ...], list[int]] = {}
